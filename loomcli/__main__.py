@@ -1,0 +1,3 @@
+from loomcli.cli import main
+
+main()

@@ -1,0 +1,123 @@
+"""Walk roots and yield the files loom indexes; never reads file contents.
+
+Skipped always: hidden names (leading `.`), symlinks, anything but regular files and
+folders, and types not in the configured extensions. Ignored folders are pruned, so
+nothing below them is visited or can be re-included (git's rule).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loomcli import ignore
+from loomcli.errors import RootError
+
+IGNORE_FILE = ".loomignore"
+
+
+@dataclass(frozen=True)
+class FileRef:
+    relpath: str  # relative to the root, "/" separators
+    abspath: str
+    size: int
+    mtime_ns: int
+    kind: str  # "note" | "pdf"
+
+
+@dataclass
+class Discovery:
+    root: Path
+    files: list[FileRef] = field(default_factory=list)
+    # Folders that could not be listed: files indexed under them are kept, not removed.
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+
+def kind_of(name: str, extensions: frozenset[str]) -> str | None:
+    ext = name.rpartition(".")[2].lower() if "." in name else ""
+    if ext == "pdf":
+        return "pdf"
+    return "note" if ext in extensions else None
+
+
+def check_root(root: Path) -> Path:
+    """Resolve a root, or raise RootError saying what is wrong."""
+    path = Path(os.path.expanduser(root))
+    if not path.exists():
+        raise RootError(f"folder {path} does not exist", "check the path, or create it first")
+    if not path.is_dir():
+        raise RootError(f"{path} is not a folder", "give `loom scan` a folder of notes")
+    return path.resolve()
+
+
+def load_patterns(root: Path, config_ignore: Sequence[str], config_source: str
+                  ) -> list[ignore.Pattern]:
+    """Config patterns (lowest priority) then the root's .loomignore."""
+    patterns = ignore.parse_lines(config_ignore, source=f"{config_source}: ignore")
+    patterns.extend(_read_ignore_file(root, b""))
+    return patterns
+
+
+def _read_ignore_file(folder: Path, base: bytes) -> list[ignore.Pattern]:
+    path = folder / IGNORE_FILE
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return []
+    except PermissionError:
+        data = b""
+    source = (base.decode("utf-8", "replace") + IGNORE_FILE) if base else IGNORE_FILE
+    return ignore.parse_file_bytes(data, source=source, base=base)
+
+
+def walk(root: Path, patterns: list[ignore.Pattern], extensions: frozenset[str]) -> Discovery:
+    """List the indexable files under `root` in a stable (sorted) order.
+
+    Raises IgnorePatternError for a malformed nested .loomignore before the caller
+    has changed anything.
+    """
+    found = Discovery(root=root)
+    _walk_dir(found, str(root), "", patterns, extensions)
+    return found
+
+
+def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
+              patterns: list[ignore.Pattern], extensions: frozenset[str]) -> None:
+    try:
+        with os.scandir(abs_dir) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        found.unreadable.append((rel_dir or ".", exc.strerror or str(exc)))
+        return
+    for entry in entries:
+        name = entry.name
+        if name.startswith("."):
+            continue
+        try:
+            if entry.is_symlink():
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            is_file = not is_dir and entry.is_file(follow_symlinks=False)
+        except OSError:
+            continue
+        rel = f"{rel_dir}{name}"
+        if is_dir:
+            rel_b = os.fsencode(rel)
+            if patterns and ignore.is_ignored(patterns, rel_b, True):
+                continue
+            sub = _read_ignore_file(Path(entry.path), rel_b + b"/")
+            _walk_dir(found, entry.path, rel + "/", patterns + sub if sub else patterns,
+                      extensions)
+        elif is_file:
+            kind = kind_of(name, extensions)
+            if kind is None:
+                continue
+            if patterns and ignore.is_ignored(patterns, os.fsencode(rel), False):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            found.files.append(FileRef(rel, entry.path, st.st_size, st.st_mtime_ns, kind))

@@ -1,0 +1,61 @@
+"""Typed errors with a hint for the user, and the exit codes they map to.
+
+Library code raises these; the edges (CLI, MCP, HTTP) translate them once.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Exit(enum.IntEnum):
+    OK = 0
+    PARTIAL = 1  # scan finished but some files failed; grep found nothing
+    ERROR = 2  # could not run: bad config, pattern, query, missing root, provider down
+    INTERRUPTED = 130
+
+
+class LoomError(Exception):
+    """An error the user can act on: `message` says what, `hint` what to do next."""
+
+    exit_code = Exit.ERROR
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} — {self.hint}" if self.hint else self.message
+
+
+class ConfigError(LoomError):
+    """config.toml cannot be read or a key has the wrong type."""
+
+
+class IgnorePatternError(LoomError):
+    """A .loomignore or config `ignore` pattern is malformed."""
+
+
+class RootError(LoomError):
+    """A folder to scan is missing or is not a folder."""
+
+
+class IndexMissingError(LoomError):
+    """No index yet, or a path that is not in it."""
+
+
+class QueryError(LoomError):
+    """A search query or a grep pattern cannot be used."""
+
+
+class ExtractionError(LoomError):
+    """One file cannot be read or its text extracted; the scan records it and goes on."""
+
+
+class ProviderError(LoomError):
+    """The LLM endpoint is unreachable or refused the request."""
+
+
+class BusyError(LoomError):
+    """Another scan holds the index's write lock."""

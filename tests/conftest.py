@@ -1,0 +1,59 @@
+"""Shared fixtures: every test gets its own LOOM_HOME (no test touches ~/.loom)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SHARED_CORPUS = ROOT.parent / "shared" / "corpus" / "pdf-samples"
+
+
+@pytest.fixture(autouse=True)
+def loom_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "loom-home"
+    monkeypatch.setenv("LOOM_HOME", str(home))
+    monkeypatch.delenv("LOOM_CONFIG", raising=False)
+    monkeypatch.delenv("LOOM_DEBUG", raising=False)
+    return home
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    """A fresh copy of fixtures/notes to scan and modify."""
+    dest = tmp_path / "notes"
+    shutil.copytree(FIXTURES / "notes", dest)
+    return dest
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def git_unignored(root: Path, exclude: list[str] | None = None) -> set[str]:
+    """Files git would not ignore under `root` (its own verdict, via ls-files)."""
+    import subprocess
+
+    gitdir = root.parent / (root.name + ".gitdir")
+    env = {**os.environ, "GIT_DIR": str(gitdir), "GIT_WORK_TREE": str(root),
+           "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent)}
+    if not gitdir.exists():
+        subprocess.run(["git", "init", "-q"], env=env, check=True, cwd=root)
+    info = gitdir / "info"
+    info.mkdir(exist_ok=True)
+    (info / "exclude").write_text("\n".join(exclude or []) + "\n", encoding="utf-8")
+    out = subprocess.run(
+        ["git", "-c", "core.ignorecase=false", "ls-files", "-z", "--others",
+         "--exclude-standard", "--exclude-per-directory=.loomignore"],
+        env=env, cwd=root, check=True, capture_output=True,
+    ).stdout
+    return {p.decode() for p in out.split(b"\0") if p}
