@@ -25,6 +25,10 @@ class LoomError(Exception):
         self.message = message
         self.hint = hint
 
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        # Keep the hint when an error crosses a process boundary (PDF workers).
+        return (self.__class__, (self.message, self.hint))
+
     def __str__(self) -> str:
         return f"{self.message} — {self.hint}" if self.hint else self.message
 

@@ -1,0 +1,143 @@
+"""PDF text, page by page: PDFium (pypdfium2, the `fast` extra) when installed, else pypdf.
+
+Runs inside a worker process (see pool.py), so a pathological file can be killed.
+`LOOM_PDF_ENGINE=pypdf` forces the pure-Python engine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import PurePath
+
+from loomcli.errors import ExtractionError
+from loomcli.extract import Extracted
+
+# Control characters PDF producers leave in text (pdfium marks soft hyphens with \x02);
+# tab, newline and form feed are kept.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f\ufffe\uffff]")
+_NO_TEXT = ExtractionError(
+    "PDF has no text layer (scanned or image-only pages)",
+    "loom does not OCR; run it through OCR (e.g. ocrmypdf) to index it",
+)
+_ENCRYPTED = ExtractionError(
+    "PDF is encrypted (password-protected)",
+    "save an unprotected copy to index it",
+)
+_JUNK_TITLES = {"", "untitled", "untitled document", "title", "document"}
+
+
+def _clean(text: str) -> str:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL.sub("", text)
+
+
+def _join(pages: list[str]) -> tuple[str, list[int]]:
+    """Join page texts, each ending in a newline; return text and page start bytes."""
+    offsets = []
+    parts = []
+    pos = 0
+    for page in pages:
+        if page and not page.endswith("\n"):
+            page += "\n"
+        offsets.append(pos)
+        parts.append(page)
+        pos += len(page.encode("utf-8"))
+    return "".join(parts), offsets
+
+
+def _title(meta_title: str | None, text: str, path: str) -> str:
+    title = _clean(meta_title or "").strip()
+    if title.lower() not in _JUNK_TITLES and len(title) <= 300:
+        return title
+    for line in text.splitlines():
+        line = line.strip()
+        if len(line) >= 3:
+            return line[:120]
+    return PurePath(path).stem
+
+
+def _finish(pages: list[str], meta_title: str | None, path: str, engine: str) -> Extracted:
+    pages = [_clean(p) for p in pages]
+    text, offsets = _join(pages)
+    if not text.strip():
+        raise _NO_TEXT
+    return Extracted(text=text, title=_title(meta_title, text, path), pages=offsets,
+                     engine=engine)
+
+
+def _pdfium_reason(msg: str) -> str:
+    """'Failed to load document (PDFium: Data format error).' -> 'PDFium: Data format error'"""
+    inner = re.search(r"\((PDFium: [^)]*)\)", msg)
+    return inner.group(1) if inner else msg
+
+
+def _with_pdfium(path: str) -> Extracted:
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(path)
+    except pdfium.PdfiumError as exc:
+        msg = str(exc)
+        if "password" in msg.lower():
+            raise _ENCRYPTED from None
+        raise ExtractionError(
+            f"damaged or unsupported PDF ({_pdfium_reason(msg)})",
+            "open it in a PDF viewer and save a repaired copy",
+        ) from None
+    try:
+        pages = []
+        for i in range(len(pdf)):
+            page = pdf[i]
+            textpage = page.get_textpage()
+            pages.append(textpage.get_text_bounded())
+            textpage.close()
+            page.close()
+        title = pdf.get_metadata_dict().get("Title")
+    except pdfium.PdfiumError as exc:
+        raise ExtractionError(f"damaged PDF ({exc})",
+                              "open it in a PDF viewer and save a repaired copy") from None
+    finally:
+        pdf.close()
+    return _finish(pages, title, path, "pdfium")
+
+
+def _with_pypdf(path: str) -> Extracted:
+    import logging
+
+    from pypdf import PdfReader
+    from pypdf.errors import FileNotDecryptedError, PdfReadError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = PdfReader(path)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise _ENCRYPTED
+        pages = [page.extract_text() or "" for page in reader.pages]
+        meta = reader.metadata
+        title = meta.title if meta else None
+    except ExtractionError:
+        raise
+    except FileNotDecryptedError:
+        raise _ENCRYPTED from None
+    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+            AssertionError, RecursionError, NotImplementedError) as exc:
+        raise ExtractionError(
+            f"damaged or unsupported PDF ({type(exc).__name__}: {exc})",
+            "open it in a PDF viewer and save a repaired copy",
+        ) from None
+    return _finish(pages, str(title) if title else None, path, "pypdf")
+
+
+def engine() -> str:
+    if os.environ.get("LOOM_PDF_ENGINE") == "pypdf":
+        return "pypdf"
+    try:
+        import pypdfium2  # noqa: F401
+    except ImportError:
+        return "pypdf"
+    return "pdfium"
+
+
+def extract_pdf(path: str) -> Extracted:
+    return _with_pdfium(path) if engine() == "pdfium" else _with_pypdf(path)

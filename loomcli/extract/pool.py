@@ -1,0 +1,134 @@
+"""Run PDF extraction in worker processes, with a time limit per file.
+
+A PDF can make any parser loop or crawl; a worker that overruns its limit is killed
+and replaced, and the file is reported as failed. Workers also use the second core
+while the main process writes to SQLite.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from loomcli.errors import ExtractionError
+from loomcli.extract import Extracted
+
+BASE_TIMEOUT_S = 30.0
+TIMEOUT_S_PER_MB = 5.0
+
+
+def timeout_for(size: int) -> float:
+    return BASE_TIMEOUT_S + TIMEOUT_S_PER_MB * size / 1e6
+
+
+def _worker(conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from loomcli.extract.pdf import extract_pdf
+
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        key, path = job
+        try:
+            result: Any = extract_pdf(path)
+        except ExtractionError as exc:
+            result = ExtractionError(exc.message, exc.hint)
+        except MemoryError:
+            result = ExtractionError("PDF needs more memory than is available to extract")
+        except Exception as exc:  # a parser bug must not stop the scan
+            result = ExtractionError(f"PDF extraction failed ({type(exc).__name__}: {exc})")
+        conn.send((key, result))
+
+
+def _context() -> Any:
+    # fork starts workers in milliseconds; elsewhere (macOS, Windows) spawn is the safe one.
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+class _Slot:
+    def __init__(self, ctx: Any) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job: tuple[Any, str, float] | None = None  # key, path, deadline
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except OSError:
+                self.proc.kill()
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None
+                 ) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
+    """Extract (key, path, size) jobs; yield (key, result) as each finishes."""
+    pending = deque(jobs)
+    if not pending:
+        return
+    ctx = _context()
+    count = max(1, min(workers or os.cpu_count() or 1, len(pending)))
+    slots = [_Slot(ctx) for _ in range(count)]
+    try:
+        while pending or any(s.job for s in slots):
+            for i, slot in enumerate(slots):
+                if slot.job is None and pending:
+                    key, path, size = pending.popleft()
+                    slot.job = (key, path, time.monotonic() + timeout_for(size))
+                    try:
+                        slot.conn.send((key, path))
+                    except OSError:  # the worker died: replace it and retry once
+                        slot.stop(kill=True)
+                        slots[i] = slot = _Slot(ctx)
+                        slot.job = (key, path, time.monotonic() + timeout_for(size))
+                        slot.conn.send((key, path))
+            busy = [s for s in slots if s.job]
+            deadline = min(s.job[2] for s in busy if s.job)
+            ready = wait([s.conn for s in busy], timeout=max(0.0, deadline - time.monotonic()))
+            for i, slot in enumerate(slots):
+                if slot.job is None:
+                    continue
+                key, path, slot_deadline = slot.job
+                if slot.conn in ready:
+                    try:
+                        got_key, result = slot.conn.recv()
+                    except (EOFError, OSError):
+                        # The worker died (a crash in the PDF library, or out of memory).
+                        slot.stop(kill=True)
+                        slots[i] = _Slot(ctx)
+                        yield key, ExtractionError(
+                            "the PDF library crashed on this file",
+                            "open it in a PDF viewer and save a repaired copy",
+                        )
+                        continue
+                    slot.job = None
+                    yield got_key, result
+                elif time.monotonic() >= slot_deadline:
+                    slot.stop(kill=True)
+                    slots[i] = _Slot(ctx)
+                    yield key, ExtractionError(
+                        f"PDF extraction took longer than {timeout_for(0):.0f}s + "
+                        f"{TIMEOUT_S_PER_MB:.0f}s/MB and was stopped",
+                        "the file may be pathological; add it to .loomignore",
+                    )
+    finally:
+        for slot in slots:
+            slot.stop(kill=slot.job is not None)

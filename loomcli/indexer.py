@@ -1,0 +1,314 @@
+"""discover → extract → store, incrementally; returns the scan report.
+
+Every check that can refuse the scan (missing root, malformed ignore pattern) runs
+before the first write. Writes are committed in batches; each file's change is whole
+inside one batch, so an interrupted or killed scan leaves a consistent index and the
+next scan completes the work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loomcli import discover
+from loomcli.config import Config
+from loomcli.errors import BusyError, ExtractionError, RootError
+from loomcli.extract import Extracted
+from loomcli.extract.text import extract_note
+from loomcli.store import FileRow, Root, Store
+
+BATCH_FILES = 200
+BATCH_SECONDS = 1.0
+OPTIMIZE_AFTER_CHANGES = 500  # merge FTS segments after a scan changed this many files
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class ScanReport:
+    added: int = 0
+    updated: int = 0
+    moved: int = 0
+    removed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    duration_ms: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def changed(self) -> int:
+        return self.added + self.updated + self.moved + self.removed
+
+    def summary(self) -> str:
+        return (f"added {self.added}, updated {self.updated}, moved {self.moved}, "
+                f"removed {self.removed}, skipped {self.skipped}, failed {self.failed} "
+                f"in {self.duration_ms / 1000:.2f}s")
+
+
+def digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def resolve_roots(config: Config, store: Store | None, dirs: Sequence[str | Path]
+                  ) -> list[Path]:
+    """DIRs given, else the config's notes_dirs, else the roots already indexed."""
+    if dirs:
+        chosen = [Path(d) for d in dirs]
+    elif config.notes_dirs:
+        chosen = config.notes_dirs
+    elif store is not None and store.roots():
+        chosen = [Path(r.path) for r in store.roots()]
+    else:
+        raise RootError("no folder to scan",
+                        "run `loom scan DIR`, or set notes_dirs in the config (`loom init`)")
+    resolved: list[Path] = []
+    for d in chosen:
+        path = discover.check_root(d)
+        if path not in resolved:
+            resolved.append(path)
+    return resolved
+
+
+@contextmanager
+def write_lock(db_path: Path, on_wait: Callable[[str], None] | None = None):  # type: ignore[no-untyped-def]
+    """One writer at a time: a second scan waits for the first (searches never wait)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: SQLite's own locking still keeps the file consistent
+        yield
+        return
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db_path}.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is None:
+                raise BusyError(f"another loom scan is writing to {db_path}",
+                                "wait for it to finish and try again") from None
+            on_wait(f"another loom scan is writing to {db_path}; waiting for it to finish…")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass
+class _Todo:
+    root: Root
+    ref: discover.FileRef
+    row: FileRow | None
+    digest: bytes | None = None
+    data: bytes | None = None
+
+
+class _Batch:
+    """Commits every BATCH_FILES files or BATCH_SECONDS, whichever comes first."""
+
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self.store, self.clock = store, clock
+        self.pending = 0
+        self.since = clock()
+        self.open = False
+
+    def touch(self) -> None:
+        if not self.open:
+            self.store.conn.execute("BEGIN IMMEDIATE")
+            self.open, self.since = True, self.clock()
+        self.pending += 1
+        if self.pending >= BATCH_FILES or self.clock() - self.since >= BATCH_SECONDS:
+            self.commit()
+
+    def commit(self) -> None:
+        if self.open:
+            self.store.conn.execute("COMMIT")
+        self.open, self.pending = False, 0
+
+    def rollback(self) -> None:
+        if self.open:
+            self.store.conn.execute("ROLLBACK")
+        self.open, self.pending = False, 0
+
+
+class Indexer:
+    def __init__(self, store: Store, config: Config, *, progress: Progress | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.progress = progress
+        self.clock = clock
+        self.on_wait = on_wait
+
+    def scan(self, roots: Sequence[Path], *, force: bool = False) -> ScanReport:
+        start = self.clock()
+        report = ScanReport()
+        # 1. Everything that can refuse the scan, before any write.
+        found = []
+        for root in roots:
+            patterns = discover.load_patterns(root, self.config.ignore, self.config.path.name)
+            found.append(discover.walk(root, patterns, self.config.extensions))
+        with write_lock(self.store.path, self.on_wait):
+            self._apply(found, report, force)
+        report.duration_ms = int((self.clock() - start) * 1000)
+        return report
+
+    def _apply(self, found: list[discover.Discovery], report: ScanReport, force: bool) -> None:
+        store = self.store
+        with store.transaction():
+            scan_id = store.begin_scan([str(d.root) for d in found])
+            root_rows = [store.ensure_root(d.root) for d in found]
+        todo: list[_Todo] = []
+        vanished: dict[bytes | None, list[FileRow]] = {}
+        vanished_ids: dict[int, FileRow] = {}
+        for disc, root in zip(found, root_rows, strict=True):
+            existing = store.files_under(root.id)
+            for ref in disc.files:
+                row = existing.pop(ref.relpath, None)
+                if row and not force and (row.size, row.mtime_ns) == (ref.size, ref.mtime_ns):
+                    if row.error:
+                        self._fail(report, store.display_path(root.id, ref.relpath), row.error)
+                    else:
+                        report.skipped += 1
+                    continue
+                todo.append(_Todo(root, ref, row))
+            for rel, where in disc.unreadable:
+                report.failed += 1
+                report.errors.append({"path": store.display_path(root.id, rel),
+                                      "error": f"cannot list folder: {where}"})
+                prefix = "" if rel == "." else rel + "/"
+                existing = {k: v for k, v in existing.items() if not k.startswith(prefix)}
+            for row in existing.values():
+                vanished.setdefault(row.hash, []).append(row)
+                vanished_ids[row.id] = row
+
+        batch = _Batch(store, self.clock)
+        pdfs: list[_Todo] = []
+        total = len(todo)
+        done = 0
+        try:
+            for item in todo:
+                done += 1
+                if self.progress:
+                    self.progress(done - len(pdfs), total, item.ref.relpath)
+                if not self._read(item, report):
+                    batch.touch()
+                    continue
+                if self._unchanged_or_moved(item, report, vanished, vanished_ids, force):
+                    batch.touch()
+                    continue
+                if item.ref.kind == "pdf":
+                    item.data = None  # the worker reads the file itself
+                    pdfs.append(item)
+                    continue
+                assert item.data is not None
+                try:
+                    doc = extract_note(item.data, item.ref.relpath)
+                except ExtractionError as exc:
+                    self._store_failure(item, report, str(exc))
+                else:
+                    self._store_doc(item, doc, report)
+                item.data = None
+                batch.touch()
+            if pdfs:
+                from loomcli.extract.pool import extract_pdfs
+
+                jobs = [(i, item.ref.abspath, item.ref.size) for i, item in enumerate(pdfs)]
+                finished = total - len(pdfs)
+                for i, result in extract_pdfs(jobs):
+                    item = pdfs[i]
+                    finished += 1
+                    if self.progress:
+                        self.progress(finished, total, item.ref.relpath)
+                    if isinstance(result, Extracted):
+                        self._store_doc(item, result, report)
+                    else:
+                        self._store_failure(item, report, str(result))
+                    batch.touch()
+            for row in vanished_ids.values():
+                store.remove(row.id)
+                report.removed += 1
+                batch.touch()
+            batch.commit()
+        except BaseException:
+            batch.rollback()
+            raise
+        if report.changed >= OPTIMIZE_AFTER_CHANGES:
+            with store.transaction():
+                store.optimize()
+        with store.transaction():
+            store.finish_scan(scan_id, report.to_dict())
+
+    # -- one file -----------------------------------------------------------------------
+
+    def _fail(self, report: ScanReport, path: str, error: str) -> None:
+        report.failed += 1
+        report.errors.append({"path": path, "error": error})
+
+    def _read(self, item: _Todo, report: ScanReport) -> bool:
+        try:
+            with open(item.ref.abspath, "rb") as fh:
+                item.data = fh.read()
+        except OSError as exc:
+            self._store_failure(item, report, f"cannot read file: {exc.strerror or exc}")
+            return False
+        item.digest = digest(item.data)
+        return True
+
+    def _unchanged_or_moved(self, item: _Todo, report: ScanReport,
+                            vanished: dict[bytes | None, list[FileRow]],
+                            vanished_ids: dict[int, FileRow], force: bool) -> bool:
+        ref, store = item.ref, self.store
+        if item.row is not None:
+            if not force and item.row.hash == item.digest and not item.row.error:
+                store.set_stat(item.row.id, ref.size, ref.mtime_ns)
+                report.skipped += 1
+                return True
+            return False
+        candidates = vanished.get(item.digest)
+        if candidates:
+            row = candidates.pop()
+            del vanished_ids[row.id]
+            store.move(row.id, item.root.id, ref.relpath, ref.size, ref.mtime_ns)
+            report.moved += 1
+            return True
+        return False
+
+    def _store_doc(self, item: _Todo, doc: Extracted, report: ScanReport) -> None:
+        ref = item.ref
+        assert item.digest is not None
+        if item.row is None:
+            self.store.add_file(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
+                                item.digest, doc)
+            report.added += 1
+        else:
+            self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc)
+            report.updated += 1
+
+    def _store_failure(self, item: _Todo, report: ScanReport, error: str) -> None:
+        ref = item.ref
+        self.store.record_failure(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
+                                  item.digest, error, item.row.id if item.row else None)
+        self._fail(report, self.store.display_path(item.root.id, ref.relpath), error)
+
+
+def scan(store: Store, config: Config, dirs: Sequence[str | Path] = (), *, force: bool = False,
+         progress: Progress | None = None, on_wait: Callable[[str], None] | None = None
+         ) -> ScanReport:
+    """The one scan entry point for the CLI, MCP, HTTP and watch."""
+    roots = resolve_roots(config, store, dirs)
+    return Indexer(store, config, progress=progress, on_wait=on_wait).scan(roots, force=force)
+
+
+def exit_code(report: ScanReport) -> int:
+    return 1 if report.failed else 0
+

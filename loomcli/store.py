@@ -1,0 +1,350 @@
+"""The only module that speaks SQL: schema, upserts and FTS5 BM25 queries.
+
+One SQLite file in WAL mode, so searches run while a scan writes. The extracted text is
+stored once (`docs`); the FTS5 table indexes it as external content through a view, so
+every change to a file's text goes through `_fts_delete` / `_fts_insert` with the exact
+old values (FTS5's rule for external content).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from loomcli.errors import IndexMissingError
+from loomcli.extract import Extracted
+from loomcli.migrations import migrate
+
+SNIPPET_START, SNIPPET_END = "\x02", "\x03"  # highlight markers, rendered by the edges
+SNIPPET_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Root:
+    id: int
+    path: str
+    name: str
+
+
+@dataclass
+class FileRow:
+    id: int
+    root_id: int
+    relpath: str
+    kind: str
+    size: int
+    mtime_ns: int
+    hash: bytes | None
+    title: str
+    content_len: int
+    indexed_at: float | None
+    error: str | None
+
+
+@dataclass
+class Hit:
+    path: str
+    title: str
+    score: float
+    snippet: str
+    file_id: int
+
+
+@dataclass
+class FileInfo:
+    path: str
+    title: str
+    kind: str
+    content_len: int
+    indexed_at: float
+    file_id: int
+
+
+_FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
+                 "indexed_at, error")
+
+
+def quote_fts(query: str, operator: str = "AND") -> str:
+    """Turn any user text into a safe FTS5 query: each word a quoted phrase.
+
+    Words are split on white space; `e-mail` stays one phrase ("e mail"). Text with no
+    letters or digits gives "" (no query).
+    """
+    words = [w for w in query.split() if re.search(r"\w", w)]
+    return f" {operator} ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+class Store:
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self._roots: list[Root] | None = None
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = False) -> Store:
+        """Open the index; with create=False a missing index is a user error."""
+        if not create and not path.exists():
+            raise IndexMissingError(
+                f"no index at {path} yet", "run `loom scan DIR` to index a folder first"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30,
+                               check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA cache_size = -32000")
+        migrate(conn)
+        return cls(conn, path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- roots and display paths ---------------------------------------------------------
+
+    def roots(self) -> list[Root]:
+        if self._roots is None:
+            self._roots = [Root(*r) for r in self.conn.execute(
+                "SELECT id, path, name FROM roots ORDER BY id")]
+        return self._roots
+
+    def ensure_root(self, path: Path) -> Root:
+        for root in self.roots():
+            if root.path == str(path):
+                return root
+        taken = {r.name for r in self.roots()}
+        name = base = path.name or "root"
+        n = 2
+        while name in taken:
+            name = f"{base}-{n}"
+            n += 1
+        cur = self.conn.execute("INSERT INTO roots (path, name) VALUES (?, ?)",
+                                (str(path), name))
+        self._roots = None
+        return Root(int(cur.lastrowid or 0), str(path), name)
+
+    def display_path(self, root_id: int, relpath: str) -> str:
+        roots = self.roots()
+        if len(roots) <= 1:
+            return relpath
+        return next(r.name for r in roots if r.id == root_id) + "/" + relpath
+
+    def resolve(self, path: str) -> FileRow:
+        """Find a file by the path loom shows, or by its path on disk."""
+        clean = path.replace("\\", "/").strip()
+        if clean.startswith("./"):
+            clean = clean[2:]
+        candidates: list[tuple[int, str]] = []
+        roots = self.roots()
+        if len(roots) == 1:
+            candidates.append((roots[0].id, clean))
+        else:
+            head, _, rest = clean.partition("/")
+            candidates += [(r.id, rest) for r in roots if r.name == head]
+        try:
+            disk = Path(path).expanduser().resolve()
+        except (OSError, RuntimeError):
+            disk = None
+        if disk is not None:
+            for r in roots:
+                try:
+                    candidates.append((r.id, disk.relative_to(r.path).as_posix()))
+                except ValueError:
+                    pass
+        for root_id, rel in candidates:
+            if ".." in PurePosixPath(rel).parts:
+                continue
+            row = self.conn.execute(
+                f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ? AND relpath = ? "
+                "AND indexed_at IS NOT NULL", (root_id, rel)).fetchone()
+            if row:
+                return FileRow(*row)
+        raise IndexMissingError(f"{path}: not in the index",
+                                "see `loom files` for the indexed paths")
+
+    # -- writing (the indexer's calls) ---------------------------------------------------
+
+    def files_under(self, root_id: int) -> dict[str, FileRow]:
+        return {row[2]: FileRow(*row) for row in self.conn.execute(
+            f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,))}
+
+    def _fts_delete(self, file_id: int) -> None:
+        old = self.conn.execute(
+            "SELECT f.title, d.body FROM files f JOIN docs d ON d.id = f.id WHERE f.id = ?",
+            (file_id,)).fetchone()
+        if old:
+            self.conn.execute(
+                "INSERT INTO fts (fts, rowid, title, body) VALUES ('delete', ?, ?, ?)",
+                (file_id, old[0], old[1]))
+
+    def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
+                 digest: bytes, doc: Extracted) -> int:
+        body_len = len(doc.text.encode("utf-8"))
+        cur = self.conn.execute(
+            "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, title, "
+            "content_len, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (root_id, relpath, kind, size, mtime_ns, digest, doc.title, body_len, time.time()))
+        file_id = int(cur.lastrowid or 0)
+        self._insert_doc(file_id, doc)
+        return file_id
+
+    def _insert_doc(self, file_id: int, doc: Extracted) -> None:
+        pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
+        self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
+                          (file_id, doc.text, pages))
+        self.conn.execute("INSERT INTO fts (rowid, title, body) VALUES (?, ?, ?)",
+                          (file_id, doc.title, doc.text))
+
+    def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
+                        doc: Extracted) -> None:
+        self._fts_delete(file_id)
+        self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
+        self.conn.execute(
+            "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, title = ?, content_len = ?, "
+            "indexed_at = ?, error = NULL WHERE id = ?",
+            (size, mtime_ns, digest, doc.title, len(doc.text.encode("utf-8")), time.time(),
+             file_id))
+        self._insert_doc(file_id, doc)
+
+    def set_stat(self, file_id: int, size: int, mtime_ns: int) -> None:
+        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?",
+                          (size, mtime_ns, file_id))
+
+    def record_failure(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
+                       digest: bytes | None, error: str, file_id: int | None) -> None:
+        """Remember a failure (so an unchanged file is not retried); earlier text is kept."""
+        if file_id is None:
+            self.conn.execute(
+                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, error) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (root_id, relpath, kind, size, mtime_ns, digest, error))
+        else:
+            self.conn.execute(
+                "UPDATE files SET size = ?, mtime_ns = ?, error = ? WHERE id = ?",
+                (size, mtime_ns, error, file_id))
+
+    def move(self, file_id: int, root_id: int, relpath: str, size: int, mtime_ns: int) -> None:
+        self.conn.execute(
+            "UPDATE files SET root_id = ?, relpath = ?, size = ?, mtime_ns = ? WHERE id = ?",
+            (root_id, relpath, size, mtime_ns, file_id))
+
+    def remove(self, file_id: int) -> None:
+        self._fts_delete(file_id)
+        self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
+        self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+
+    def begin_scan(self, roots: list[str]) -> int:
+        cur = self.conn.execute("INSERT INTO scans (started_at, roots) VALUES (?, ?)",
+                                (time.time(), json.dumps(roots)))
+        return int(cur.lastrowid or 0)
+
+    def finish_scan(self, scan_id: int, report: dict[str, object]) -> None:
+        self.conn.execute("UPDATE scans SET finished_at = ?, report = ? WHERE id = ?",
+                          (time.time(), json.dumps(report), scan_id))
+
+    def optimize(self) -> None:
+        """Merge FTS5 segments after a large change: smaller index, faster queries."""
+        self.conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
+
+    # -- reading -----------------------------------------------------------------------
+
+    def search(self, query: str, limit: int) -> list[Hit]:
+        for operator in ("AND", "OR"):
+            match = quote_fts(query, operator)
+            if not match:
+                return []
+            rows = self.conn.execute(
+                "SELECT rowid, -rank, snippet(fts, 1, ?, ?, '…', ?) FROM fts "
+                "WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+                (SNIPPET_START, SNIPPET_END, SNIPPET_TOKENS, match, limit)).fetchall()
+            if rows:
+                break
+        hits = []
+        for file_id, score, snippet in rows:
+            meta = self.conn.execute("SELECT root_id, relpath, title FROM files WHERE id = ?",
+                                     (file_id,)).fetchone()
+            hits.append(Hit(self.display_path(meta[0], meta[1]), meta[2], float(score),
+                            " ".join(snippet.split()), file_id))
+        return hits
+
+    def list_files(self) -> list[FileInfo]:
+        rows = self.conn.execute(
+            "SELECT f.id, f.root_id, f.relpath, f.title, f.kind, f.content_len, f.indexed_at "
+            "FROM files f JOIN roots r ON r.id = f.root_id WHERE f.indexed_at IS NOT NULL "
+            "ORDER BY r.name, f.relpath").fetchall()
+        return [FileInfo(self.display_path(r[1], r[2]), r[3], r[4], r[5], r[6], r[0])
+                for r in rows]
+
+    def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None) -> bytes:
+        """A byte range of a file's UTF-8 text, read without loading the rest."""
+        if length is None:
+            row = self.conn.execute(
+                "SELECT substr(CAST(body AS BLOB), ?) FROM docs WHERE id = ?",
+                (offset + 1, file_id)).fetchone()
+        else:
+            row = self.conn.execute(
+                "SELECT substr(CAST(body AS BLOB), ?, ?) FROM docs WHERE id = ?",
+                (offset + 1, length, file_id)).fetchone()
+        return bytes(row[0]) if row and row[0] is not None else b""
+
+    def pages(self, file_id: int) -> list[int] | None:
+        row = self.conn.execute("SELECT pages FROM docs WHERE id = ?", (file_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
+    def iter_texts(self, file_ids: list[int] | None = None
+                   ) -> Iterator[tuple[int, str, bytes, str | None]]:
+        """(file id, display path, UTF-8 text, pages JSON) for grep, in path order."""
+        sql = ("SELECT f.id, f.root_id, f.relpath, CAST(d.body AS BLOB), d.pages "
+               "FROM files f JOIN docs d ON d.id = f.id JOIN roots r ON r.id = f.root_id")
+        params: tuple[int, ...] = ()
+        if file_ids is not None:
+            sql += f" WHERE f.id IN ({','.join('?' * len(file_ids))})"
+            params = tuple(file_ids)
+        sql += " ORDER BY r.name, f.relpath"
+        for fid, root_id, rel, body, pages in self.conn.execute(sql, params):
+            yield fid, self.display_path(root_id, rel), body, pages
+
+    def status(self) -> dict[str, object]:
+        c = self.conn
+        counts = dict(c.execute(
+            "SELECT kind, count(*) FROM files WHERE indexed_at IS NOT NULL GROUP BY kind"
+        ).fetchall())
+        failed = c.execute("SELECT count(*) FROM files WHERE error IS NOT NULL").fetchone()[0]
+        text_bytes = c.execute("SELECT coalesce(sum(content_len), 0) FROM files").fetchone()[0]
+        last = c.execute("SELECT started_at, finished_at, roots, report FROM scans "
+                         "WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
+        size = sum(os.path.getsize(p) for p in (str(self.path), f"{self.path}-wal")
+                   if os.path.exists(p))
+        return {
+            "roots": [{"name": r.name, "path": r.path} for r in self.roots()],
+            "files": sum(counts.values()),
+            "notes": counts.get("note", 0),
+            "pdfs": counts.get("pdf", 0),
+            "failed": failed,
+            "text_bytes": text_bytes,
+            "index_bytes": size,
+            "last_scan": None if last is None else {
+                "started_at": last[0], "finished_at": last[1],
+                "roots": json.loads(last[2]), "report": json.loads(last[3] or "null"),
+            },
+        }
