@@ -262,6 +262,11 @@ class Store:
         self.conn.execute("UPDATE scans SET finished_at = ?, report = ? WHERE id = ?",
                           (time.time(), json.dumps(report), scan_id))
 
+    def check(self) -> None:
+        """Raise sqlite3.DatabaseError if the FTS index disagrees with the stored text."""
+        self.conn.execute("INSERT INTO fts (fts, rank) VALUES ('integrity-check', 1)")
+        self.conn.execute("PRAGMA integrity_check").fetchall()
+
     def optimize(self) -> None:
         """Merge FTS5 segments after a large change: smaller index, faster queries."""
         self.conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")

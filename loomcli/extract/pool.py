@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -78,10 +78,15 @@ class _Slot:
         self.conn.close()
 
 
-def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None
+def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None,
+                 limit: Callable[[int], float] = timeout_for,
                  ) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
-    """Extract (key, path, size) jobs; yield (key, result) as each finishes."""
+    """Extract (key, path, size) jobs; yield (key, result) as each finishes.
+
+    `limit(size)` is the time a file of that many bytes may take.
+    """
     pending = deque(jobs)
+    size_of = {key: size for key, _, size in pending}
     if not pending:
         return
     ctx = _context()
@@ -92,13 +97,13 @@ def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = Non
             for i, slot in enumerate(slots):
                 if slot.job is None and pending:
                     key, path, size = pending.popleft()
-                    slot.job = (key, path, time.monotonic() + timeout_for(size))
+                    slot.job = (key, path, time.monotonic() + limit(size))
                     try:
                         slot.conn.send((key, path))
                     except OSError:  # the worker died: replace it and retry once
                         slot.stop(kill=True)
                         slots[i] = slot = _Slot(ctx)
-                        slot.job = (key, path, time.monotonic() + timeout_for(size))
+                        slot.job = (key, path, time.monotonic() + limit(size))
                         slot.conn.send((key, path))
             busy = [s for s in slots if s.job]
             deadline = min(s.job[2] for s in busy if s.job)
@@ -125,8 +130,8 @@ def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = Non
                     slot.stop(kill=True)
                     slots[i] = _Slot(ctx)
                     yield key, ExtractionError(
-                        f"PDF extraction took longer than {timeout_for(0):.0f}s + "
-                        f"{TIMEOUT_S_PER_MB:.0f}s/MB and was stopped",
+                        f"PDF extraction took longer than {limit(size_of[key]):.0f}s and "
+                        "was stopped",
                         "the file may be pathological; add it to .loomignore",
                     )
     finally:
