@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,7 +112,11 @@ class _Todo:
 
 
 class _Batch:
-    """Commits every BATCH_FILES files or BATCH_SECONDS, whichever comes first."""
+    """Groups file changes into transactions of BATCH_FILES files or BATCH_SECONDS.
+
+    Every write of one file happens inside `with batch.file():`, so a file's rows
+    (files, docs, FTS) are always committed together or not at all.
+    """
 
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self.store, self.clock = store, clock
@@ -120,10 +124,12 @@ class _Batch:
         self.since = clock()
         self.open = False
 
-    def touch(self) -> None:
+    @contextmanager
+    def file(self) -> Iterator[None]:
         if not self.open:
             self.store.conn.execute("BEGIN IMMEDIATE")
             self.open, self.since = True, self.clock()
+        yield
         self.pending += 1
         if self.pending >= BATCH_FILES or self.clock() - self.since >= BATCH_SECONDS:
             self.commit()
@@ -200,28 +206,13 @@ class Indexer:
                 done += 1
                 if self.progress:
                     self.progress(done - len(pdfs), total, item.ref.relpath)
-                if not self._read(item, report):
-                    batch.touch()
-                    continue
-                if self._unchanged_or_moved(item, report, vanished, vanished_ids, force):
-                    batch.touch()
-                    continue
-                if item.ref.kind == "pdf":
-                    item.data = None  # the worker reads the file itself
-                    pdfs.append(item)
-                    continue
-                assert item.data is not None
-                try:
-                    doc = extract_note(item.data, item.ref.relpath)
-                except ExtractionError as exc:
-                    self._store_failure(item, report, str(exc))
-                else:
-                    self._store_doc(item, doc, report)
-                item.data = None
-                batch.touch()
+                with batch.file():
+                    if self._note_or_defer(item, report, vanished, vanished_ids, force):
+                        pdfs.append(item)
             if pdfs:
                 from loomcli.extract.pool import extract_pdfs
 
+                batch.commit()  # the notes are done: make them searchable now
                 jobs = [(i, item.ref.abspath, item.ref.size) for i, item in enumerate(pdfs)]
                 finished = total - len(pdfs)
                 for i, result in extract_pdfs(jobs):
@@ -229,15 +220,15 @@ class Indexer:
                     finished += 1
                     if self.progress:
                         self.progress(finished, total, item.ref.relpath)
-                    if isinstance(result, Extracted):
-                        self._store_doc(item, result, report)
-                    else:
-                        self._store_failure(item, report, str(result))
-                    batch.touch()
+                    with batch.file():
+                        if isinstance(result, Extracted):
+                            self._store_doc(item, result, report)
+                        else:
+                            self._store_failure(item, report, str(result))
             for row in vanished_ids.values():
-                store.remove(row.id)
-                report.removed += 1
-                batch.touch()
+                with batch.file():
+                    store.remove(row.id)
+                    report.removed += 1
             batch.commit()
         except BaseException:
             batch.rollback()
@@ -249,6 +240,27 @@ class Indexer:
             store.finish_scan(scan_id, report.to_dict())
 
     # -- one file -----------------------------------------------------------------------
+
+    def _note_or_defer(self, item: _Todo, report: ScanReport,
+                       vanished: dict[bytes | None, list[FileRow]],
+                       vanished_ids: dict[int, FileRow], force: bool) -> bool:
+        """Handle one changed or new file; True when it is a PDF left for the workers."""
+        if not self._read(item, report):
+            return False
+        if self._unchanged_or_moved(item, report, vanished, vanished_ids, force):
+            return False
+        if item.ref.kind == "pdf":
+            item.data = None  # the worker reads the file itself
+            return True
+        assert item.data is not None
+        try:
+            doc = extract_note(item.data, item.ref.relpath)
+        except ExtractionError as exc:
+            self._store_failure(item, report, str(exc))
+        else:
+            self._store_doc(item, doc, report)
+        item.data = None
+        return False
 
     def _fail(self, report: ScanReport, path: str, error: str) -> None:
         report.failed += 1

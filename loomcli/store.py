@@ -67,6 +67,7 @@ class FileInfo:
     file_id: int
 
 
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
                  "indexed_at, error")
 
@@ -77,6 +78,7 @@ def quote_fts(query: str, operator: str = "AND") -> str:
     Words are split on white space; `e-mail` stays one phrase ("e mail"). Text with no
     letters or digits gives "" (no query).
     """
+    query = _CONTROL_CHARS.sub(" ", query)
     words = [w for w in query.split() if re.search(r"\w", w)]
     return f" {operator} ".join('"' + w.replace('"', '""') + '"' for w in words)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -28,12 +27,19 @@ def timeout_for(size: int) -> float:
     return BASE_TIMEOUT_S + TIMEOUT_S_PER_MB * size / 1e6
 
 
-def _worker(conn: Connection) -> None:
+def _worker(conn: Connection, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from loomcli.extract.pdf import extract_pdf
 
     while True:
-        job = conn.recv()
+        # Wake up now and then: a worker whose scan was killed (kill -9) must not linger.
+        while not conn.poll(1.0):
+            if os.getppid() != parent:
+                return
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
         if job is None:
             return
         key, path = job
@@ -49,16 +55,20 @@ def _worker(conn: Connection) -> None:
 
 
 def _context() -> Any:
-    # fork starts workers in milliseconds; elsewhere (macOS, Windows) spawn is the safe one.
-    if sys.platform.startswith("linux"):
-        return multiprocessing.get_context("fork")
+    # Workers must not inherit the scan's open files (the index, its write lock): a plain
+    # fork would hand them over, and a worker outliving a killed scan would keep the lock.
+    # forkserver starts clean workers quickly where it exists; spawn elsewhere.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["loomcli.extract.pdf"])
+        return ctx
     return multiprocessing.get_context("spawn")
 
 
 class _Slot:
     def __init__(self, ctx: Any) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, os.getpid()), daemon=True)
         self.proc.start()
         child.close()
         self.job: tuple[Any, str, float] | None = None  # key, path, deadline

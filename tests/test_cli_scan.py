@@ -1,0 +1,207 @@
+"""`loom` as a user runs it: real subprocesses, real index files, exact outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import SHARED_CORPUS, write
+
+LOOM = [sys.executable, "-m", "loomcli"]
+
+
+def loom(*args: str, env: dict | None = None, check: int | None = 0,
+         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env or os.environ,
+                          cwd=cwd, timeout=120)
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def test_scan_json_report_keys_and_exit_codes(notes):
+    out = json.loads(loom("scan", str(notes), "--json").stdout)
+    assert list(out) == ["added", "updated", "moved", "removed", "skipped", "failed",
+                         "duration_ms", "errors"]
+    assert (out["added"], out["failed"], out["errors"]) == (9, 0, [])
+    human = loom("scan", str(notes))
+    assert human.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 9, "
+                                   "failed 0 in ")
+    assert human.stdout.count("\n") == 1 and human.stderr == ""
+
+
+def test_failures_exit_1_with_reasons_on_stderr(tmp_path):
+    from .conftest import FIXTURES
+
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(FIXTURES / "bad", bad)
+    proc = loom("scan", str(bad), check=1)
+    assert proc.stdout.startswith("added 1, updated 0, moved 0, removed 0, skipped 0, failed 3")
+    assert "loom: failed: truncated.pdf: damaged or unsupported PDF" in proc.stderr
+    assert "loom: failed: scanned-receipt.pdf: PDF has no text layer" in proc.stderr
+
+
+def test_malformed_pattern_exit_2_names_file_and_line(notes, loom_home):
+    loom("scan", str(notes))
+    before = (loom_home / "index.db").read_bytes()
+    (notes / "ideas.org").unlink()
+    (notes / ".loomignore").write_text("# rules\n*.tmp\n[ab\n")
+    proc = loom("scan", str(notes), check=2)
+    assert proc.stderr.startswith('loom: .loomignore:3: invalid pattern \'[ab\': unterminated [')
+    assert proc.stdout == ""
+    assert json.loads(loom("files", "--json").stdout)["files"][0]["path"] == "ideas.org"
+    assert len(before) > 0
+
+
+def test_missing_folder_and_no_index_errors_say_what_to_do(tmp_path):
+    proc = loom("scan", str(tmp_path / "nope"), check=2)
+    assert proc.stderr == f"loom: folder {tmp_path / 'nope'} does not exist — check the " \
+                          "path, or create it first\n"
+    proc = loom("search", "x", check=2)
+    assert "no index" in proc.stderr and "loom scan DIR" in proc.stderr
+    proc = loom("scan", check=2)
+    assert "no folder to scan" in proc.stderr
+
+
+def test_bad_config_names_file_and_key(notes, loom_home):
+    write(loom_home / "config.toml", "[ask]\ntop_k = \"five\"\n")
+    proc = loom("scan", str(notes), check=2)
+    assert "config.toml: key 'ask.top_k' must be an integer, got 'five'" in proc.stderr
+
+
+def test_search_files_status_get_json_keys(notes):
+    loom("scan", str(notes))
+    hits = json.loads(loom("search", "warp", "tension", "--json").stdout)["hits"]
+    assert hits and list(hits[0]) == ["path", "title", "score", "snippet"]
+    assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:]))
+    files = json.loads(loom("files", "--json").stdout)["files"]
+    assert list(files[0]) == ["path", "title", "kind", "content_len", "indexed_at"]
+    assert {f["kind"] for f in files} == {"note", "pdf"}
+    status = json.loads(loom("status", "--json").stdout)
+    assert (status["files"], status["pdfs"], status["failed"]) == (9, 2, 0)
+    assert status["last_scan"]["report"]["added"] == 0 or status["last_scan"]["report"]
+    got = json.loads(loom("get", "manuals/field-guide.pdf", "--offset", "0", "--length", "5",
+                          "--json").stdout)
+    assert got == {"path": "manuals/field-guide.pdf", "offset": 0, "length": 5,
+                   "content_len": got["content_len"], "content": "Field"}
+    assert loom("get", "recipes/crepes-latin1.txt").stdout.startswith("# Crêpes de la")
+    assert "not in the index" in loom("get", "nope.md", check=2).stderr
+
+
+def test_search_any_text_and_no_match_exit_1(notes):
+    loom("scan", str(notes))
+    for query in ['"unbalanced', "AND OR NOT", "NEAR(", "*", "c++ -x"]:
+        loom("search", query, check=None).check_returncode if False else None
+        assert loom("search", query, check=None).returncode in (0, 1)
+    proc = loom("search", "qwertyuiopzz", check=1)
+    assert proc.stdout == "" and proc.stderr == "loom: no matches\n"
+
+
+def test_config_round_trips_every_key(loom_home):
+    path = loom_home / "config.toml"
+    write(path, 'notes_dirs = ["~/n"]\ncustom = 1\n[embeddings]\nenabled = true\n'
+                'model = "nomic"\n[llm]\nprovider = "openai"\n[future]\nx = [1, 2]\n')
+    loom("config", "set", "ask.top_k", "7")
+    loom("config", "set", "llm.model", "qwen3")
+    import tomllib
+
+    data = tomllib.loads(path.read_text())
+    assert data == {"notes_dirs": ["~/n"], "custom": 1,
+                    "embeddings": {"enabled": True, "model": "nomic"},
+                    "llm": {"provider": "openai", "model": "qwen3"},
+                    "future": {"x": [1, 2]}, "ask": {"top_k": 7}}
+    assert loom("config", "get", "ask.top_k").stdout == "7\n"
+    assert loom("config", "set", "llm.provider", "nope", check=2).stderr.startswith("loom: ")
+
+
+def test_init_writes_a_valid_starting_config(loom_home, notes):
+    loom("init")
+    assert (loom_home / "config.toml").exists()
+    assert "already exists" in loom("init").stdout
+    loom("scan", str(notes))
+
+
+# -- interruption, crashes, concurrency ---------------------------------------------------
+
+def slow_corpus(tmp_path: Path, copies: int = 40) -> Path:
+    """Many distinct copies of the 117-page PDF: a scan that takes a few seconds."""
+    if not SHARED_CORPUS.exists():
+        pytest.skip("shared corpus not present")
+    src = next(SHARED_CORPUS.glob("009-*/*.pdf")).read_bytes()
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    for i in range(copies):
+        (folder / f"manual-{i:03}.pdf").write_bytes(src + f"\n% copy {i}\n".encode())
+    return folder
+
+
+def wait_for_rows(db: Path, minimum: int, proc: subprocess.Popen, limit: float = 60) -> int:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the scan finished before it could be interrupted"
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                n = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+            if n >= minimum:
+                return n
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("no rows appeared")
+
+
+def check_consistent(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO fts (fts, rank) VALUES ('integrity-check', 1)")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGKILL, -9)])
+def test_interrupted_scan_leaves_a_consistent_index_and_the_next_completes(
+        tmp_path, loom_home, sig, code):
+    folder = slow_corpus(tmp_path)
+    db = loom_home / "index.db"
+    proc = subprocess.Popen([*LOOM, "scan", str(folder)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_rows(db, 1, proc)
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert proc.returncode == code, proc.stderr.read() if proc.stderr else ""
+    check_consistent(db)
+    loom("search", "Topologie", check=None)  # usable while half built
+    report = json.loads(loom("scan", str(folder), "--json").stdout)
+    assert report["added"] + report["skipped"] == 40 and report["failed"] == 0
+    assert 0 < report["added"] < 40
+    files = json.loads(loom("files", "--json").stdout)["files"]
+    assert len(files) == 40
+    check_consistent(db)
+
+
+def test_two_scans_at_once_one_waits_and_searches_never_block(tmp_path, loom_home):
+    folder = slow_corpus(tmp_path, copies=24)
+    db = loom_home / "index.db"
+    first = subprocess.Popen([*LOOM, "scan", str(folder), "--json"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    wait_for_rows(db, 1, first)
+    second = subprocess.Popen([*LOOM, "scan", str(folder), "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    search = loom("search", "Topologie", "--json", check=None)
+    assert search.returncode in (0, 1) and time.monotonic() - started < 10
+    out1, _ = first.communicate(timeout=120)
+    out2, err2 = second.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, err2
+    assert "waiting for it to finish" in err2
+    r1, r2 = json.loads(out1), json.loads(out2)
+    assert r1["added"] == 24 and r2["skipped"] == 24 and r2["added"] == 0
+    check_consistent(db)

@@ -1,0 +1,216 @@
+"""Incremental scans on real folders and a real index, exactly as SPEC states them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loomcli import config, indexer
+from loomcli.errors import IgnorePatternError, RootError
+from loomcli.store import Store
+
+from .conftest import FIXTURES, write
+
+KEYS = ["added", "updated", "moved", "removed", "skipped", "failed", "duration_ms", "errors"]
+
+
+def run(folder: Path, *, force: bool = False, cfg: config.Config | None = None) -> dict:
+    cfg = cfg or config.load()
+    store = Store.open(cfg.db_path, create=True)
+    try:
+        report = indexer.scan(store, cfg, [folder], force=force).to_dict()
+        store.check()
+        return report
+    finally:
+        store.close()
+
+
+def counts(report: dict) -> tuple[int, ...]:
+    return tuple(report[k] for k in ("added", "updated", "moved", "removed", "skipped",
+                                     "failed"))
+
+
+def indexed(cfg: config.Config | None = None) -> list[str]:
+    store = Store.open((cfg or config.load()).db_path)
+    try:
+        return [f.path for f in store.list_files()]
+    finally:
+        store.close()
+
+
+def bump(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+EXPECTED = ["ideas.org", "journal/2026-03-14.md", "manuals/field-guide.pdf",
+            "manuals/release-notes.pdf", "projects/loom-controller.md", "recipes/bread.md",
+            "recipes/crepes-latin1.txt", "reference/watchdog.rst", "welcome.md"]
+
+
+def test_first_scan_indexes_what_git_would_less_hidden_and_unsupported(notes):
+    report = run(notes)
+    assert list(report) == KEYS
+    assert counts(report) == (9, 0, 0, 0, 0, 0)
+    assert indexed() == EXPECTED
+
+
+def test_touch_changes_nothing(notes):
+    run(notes)
+    bump(notes / "welcome.md")
+    assert counts(run(notes)) == (0, 0, 0, 0, 9, 0)
+    assert counts(run(notes)) == (0, 0, 0, 0, 9, 0)
+
+
+def test_edit_is_updated_and_searchable(notes):
+    run(notes)
+    with open(notes / "welcome.md", "a", encoding="utf-8") as fh:
+        fh.write("\nA new word: zymurgy.\n")
+    bump(notes / "welcome.md")
+    assert counts(run(notes)) == (0, 1, 0, 0, 8, 0)
+    store = Store.open(config.load().db_path)
+    assert [h.path for h in store.search("zymurgy", 5)] == ["welcome.md"]
+
+
+def test_rename_is_moved_only(notes):
+    run(notes)
+    (notes / "recipes" / "bread.md").rename(notes / "journal" / "sourdough.md")
+    assert counts(run(notes)) == (0, 0, 1, 0, 8, 0)
+    assert "journal/sourdough.md" in indexed() and "recipes/bread.md" not in indexed()
+    store = Store.open(config.load().db_path)
+    assert [h.path for h in store.search("sourdough", 5)] == ["journal/sourdough.md"]
+
+
+def test_pdf_rename_is_moved_without_re_extraction(notes):
+    run(notes)
+    (notes / "manuals" / "field-guide.pdf").rename(notes / "guide.pdf")
+    assert counts(run(notes)) == (0, 0, 1, 0, 8, 0)
+
+
+def test_delete_is_removed(notes):
+    run(notes)
+    (notes / "ideas.org").unlink()
+    assert counts(run(notes)) == (0, 0, 0, 1, 8, 0)
+    assert "ideas.org" not in indexed()
+
+
+def test_new_ignore_rule_removes_exactly_those_and_dropping_it_brings_them_back(notes):
+    run(notes)
+    original = (notes / ".loomignore").read_text()
+    (notes / ".loomignore").write_text(original + "recipes/\n*.pdf\n")
+    assert counts(run(notes)) == (0, 0, 0, 4, 5, 0)
+    assert not any(p.startswith("recipes/") or p.endswith(".pdf") for p in indexed())
+    (notes / ".loomignore").write_text(original)
+    assert counts(run(notes)) == (4, 0, 0, 0, 5, 0)
+    assert indexed() == EXPECTED
+
+
+def test_config_ignore_patterns_apply_to_every_root(notes, loom_home):
+    write(loom_home / "config.toml", 'ignore = ["*.rst", "journal/"]\n')
+    run(notes)
+    got = indexed()
+    assert "reference/watchdog.rst" not in got and "journal/2026-03-14.md" not in got
+    assert len(got) == 7
+
+
+def test_malformed_pattern_stops_before_anything_changes(notes):
+    run(notes)
+    (notes / "ideas.org").unlink()
+    (notes / ".loomignore").write_text("ok\n# fine\n[ab\n")
+    with pytest.raises(IgnorePatternError, match=r'^\.loomignore:3: invalid pattern'):
+        run(notes)
+    assert "ideas.org" in indexed()  # not removed: the scan never started
+
+
+def test_malformed_nested_pattern_names_its_file(notes):
+    write(notes / "journal" / ".loomignore", "[[:bogus:]]\n")
+    with pytest.raises(IgnorePatternError, match=r"^journal/\.loomignore:1: "):
+        run(notes)
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(RootError, match="does not exist"):
+        run(tmp_path / "nope")
+
+
+def test_failed_file_keeps_its_earlier_text(notes):
+    run(notes)
+    target = notes / "recipes" / "bread.md"
+    target.write_bytes(b"\x00\x01binary now")
+    bump(target)
+    report = run(notes)
+    assert counts(report) == (0, 0, 0, 0, 8, 1)
+    assert report["errors"] == [{"path": "recipes/bread.md",
+                                 "error": "binary file (contains NUL bytes), not text — "
+                                          "remove it or add it to .loomignore"}]
+    store = Store.open(config.load().db_path)
+    assert [h.path for h in store.search("sourdough", 5)] == ["recipes/bread.md"]
+    # Unchanged since it failed: reported again, not re-read.
+    assert counts(run(notes)) == (0, 0, 0, 0, 8, 1)
+    target.write_text("# Sourdough v2\nrye this time\n")
+    bump(target)
+    assert counts(run(notes)) == (0, 1, 0, 0, 8, 0)
+
+
+def test_bad_files_fail_with_reasons_and_the_rest_is_indexed(tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(FIXTURES / "bad", bad)
+    report = run(bad)
+    assert counts(report) == (1, 0, 0, 0, 0, 3)
+    reasons = {e["path"]: e["error"] for e in report["errors"]}
+    assert "binary file" in reasons["binary-notes.txt"]
+    assert "no text layer" in reasons["scanned-receipt.pdf"]
+    assert "damaged" in reasons["truncated.pdf"]
+
+
+def test_force_re_extracts(notes):
+    run(notes)
+    assert counts(run(notes, force=True)) == (0, 9, 0, 0, 0, 0)
+
+
+def test_only_files_under_the_scanned_roots_change(notes, tmp_path):
+    other = tmp_path / "other"
+    write(other / "x.md", "# Other\nhello\n")
+    run(notes)
+    run(other)
+    assert counts(run(other)) == (0, 0, 0, 0, 1, 0)
+    assert len(indexed()) == 10
+    (notes / "ideas.org").unlink()
+    assert counts(run(other)) == (0, 0, 0, 0, 1, 0)  # notes/ not scanned: nothing removed
+    assert "notes/ideas.org" in indexed()
+
+
+def test_rescan_without_folders_uses_the_indexed_roots(notes):
+    run(notes)
+    (notes / "ideas.org").unlink()
+    cfg = config.load()
+    store = Store.open(cfg.db_path)
+    report = indexer.scan(store, cfg, [])
+    assert report.removed == 1
+
+
+def test_hidden_symlinks_and_case_insensitive_extensions(notes):
+    write(notes / "Upper.MD", "# Upper\n")
+    write(notes / ".hidden.md", "# Hidden\n")
+    (notes / "link.md").symlink_to(notes / "welcome.md")
+    (notes / "linkdir").symlink_to(notes / "journal")
+    write(notes / "image.png", b"\x89PNG")
+    run(notes)
+    got = indexed()
+    assert "Upper.MD" in got
+    assert not any(p.startswith((".hidden", "link")) or p.endswith(".png") for p in got)
+
+
+def test_unreadable_folder_is_reported_and_its_files_kept(notes):
+    if os.geteuid() == 0:
+        pytest.skip("root can read any folder")
+    run(notes)
+    (notes / "journal").chmod(0)
+    try:
+        report = run(notes)
+    finally:
+        (notes / "journal").chmod(0o755)
+    assert report["removed"] == 0 and report["failed"] == 1

@@ -1,0 +1,124 @@
+"""The store on a real SQLite file: safe queries, FTS consistency, byte ranges."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loomcli import reading
+from loomcli.errors import IndexMissingError, QueryError
+from loomcli.extract import Extracted
+from loomcli.store import Store, quote_fts
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "index.db", create=True)
+    with s.transaction():
+        root = s.ensure_root(tmp_path / "notes")
+        s.add_file(root.id, "a.md", "note", 1, 1, b"h1",
+                   Extracted("Weaving on a Jacquard loom. Café crème ☕ naïve.\n", "Weaving"))
+        s.add_file(root.id, "b.md", "note", 1, 1, b"h2",
+                   Extracted("Dyeing with madder and woad; weaving is elsewhere.\n", "Dyes"))
+        s.add_file(root.id, "c.pdf", "pdf", 1, 1, b"h3",
+                   Extracted("page one\npage two has loom\n", "C", pages=[0, 9]))
+    yield s
+    s.close()
+
+
+def test_open_missing_index_says_what_to_do(tmp_path):
+    with pytest.raises(IndexMissingError, match="loom scan DIR"):
+        Store.open(tmp_path / "nope.db")
+
+
+def test_wal_mode_and_migrations_recorded(store):
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
+    assert names == ["001_initial"]
+
+
+def test_search_ranks_title_and_body(store):
+    hits = store.search("weaving", 10)
+    assert [h.path for h in hits] == ["a.md", "b.md"]  # the title match ranks first
+    assert hits[0].score > hits[1].score > 0
+
+
+def test_search_folds_diacritics_and_stems(store):
+    assert [h.path for h in store.search("cafe", 10)] == ["a.md"]
+    assert [h.path for h in store.search("dyes", 10)] == ["b.md"]  # porter: dyes ~ dyeing
+
+
+def test_and_then_or_fallback(store):
+    both = store.search("madder woad", 10)
+    assert [h.path for h in both] == ["b.md"]
+    either = store.search("madder jacquard", 10)  # no file has both: OR fallback
+    assert {h.path for h in either} == {"a.md", "b.md"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_any_text_is_a_valid_query(tmp_path_factory, text):
+    s = Store.open(tmp_path_factory.mktemp("q") / "i.db", create=True)
+    s.search(text, 5)  # must not raise
+    s.close()
+
+
+@pytest.mark.parametrize("query", ['"', 'AND', 'a OR b', 'NEAR(a b)', '*', 'x:y', '-x', '(',
+                                   "l'homme", 'c++', 'title:weaving', '^a'])
+def test_fts_syntax_in_user_text_is_literal(store, query):
+    store.search(query, 5)
+    assert quote_fts(query).count('"') % 2 == 0
+
+
+def test_update_and_remove_keep_fts_consistent(store):
+    a = store.resolve("a.md")
+    with store.transaction():
+        store.replace_content(a.id, 2, 2, b"h9", Extracted("Now about indigo.\n", "Indigo"))
+        store.remove(store.resolve("b.md").id)
+    store.check()
+    assert [h.path for h in store.search("indigo", 5)] == ["a.md"]
+    assert store.search("weaving", 5) == []
+    assert store.search("madder", 5) == []
+
+
+def test_get_range_is_bytes_snapped_to_characters(store):
+    full = reading.get_range(store, "a.md")
+    text = "Weaving on a Jacquard loom. Café crème ☕ naïve.\n"
+    assert full["content"] == text and full["content_len"] == len(text.encode())
+    cafe = text.encode().index("é".encode())
+    # Starting inside "é" (2 bytes) moves forward to the next whole character.
+    inside = reading.get_range(store, "a.md", cafe + 1, 6)
+    assert inside["offset"] == cafe + 2 and inside["content"] == " crè"
+    assert inside["length"] == len(" crè".encode())
+    # Ending inside "☕" (3 bytes) stops before it.
+    cup = text.encode().index("☕".encode())
+    cut = reading.get_range(store, "a.md", cup - 2, 4)
+    assert cut["content"] == "e " and cut["offset"] == cup - 2 and cut["length"] == 2
+    past = reading.get_range(store, "a.md", 10_000, 5)
+    assert past["content"] == "" and past["offset"] == full["content_len"]
+    with pytest.raises(QueryError):
+        reading.get_range(store, "a.md", -1)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # read-only use
+@given(offset=st.integers(0, 80), length=st.integers(0, 80))
+def test_get_range_never_breaks_a_character(store, offset, length):
+    text = "Weaving on a Jacquard loom. Café crème ☕ naïve.\n".encode()
+    got = reading.get_range(store, "a.md", offset, length)
+    start, n = got["offset"], got["length"]
+    assert min(offset, len(text)) <= start  # clamped to the text, never before the ask
+    assert start + n <= min(offset + length, len(text)) or n == 0
+    assert text[start:start + n].decode("utf-8") == got["content"]
+
+
+def test_paths_get_the_root_name_once_there_are_two_roots(store, tmp_path):
+    assert store.display_path(1, "a.md") == "a.md"
+    with store.transaction():
+        other = store.ensure_root(tmp_path / "more" / "notes")
+    assert other.name == "notes-2"
+    assert store.display_path(1, "a.md") == "notes/a.md"
+    assert store.resolve("notes/a.md").relpath == "a.md"
+    with pytest.raises(IndexMissingError):
+        store.resolve("notes/../notes/a.md")
