@@ -79,7 +79,7 @@ def resolve_roots(config: Config, store: Store | None, dirs: Sequence[str | Path
 
 
 @contextmanager
-def write_lock(db_path: Path, on_wait: Callable[[str], None] | None = None):  # type: ignore[no-untyped-def]
+def write_lock(db_path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """One writer at a time: a second scan waits for the first (searches never wait)."""
     try:
         import fcntl

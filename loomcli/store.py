@@ -14,7 +14,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -169,10 +169,8 @@ class Store:
             disk = None
         if disk is not None:
             for r in roots:
-                try:
+                with suppress(ValueError):
                     candidates.append((r.id, disk.relative_to(r.path).as_posix()))
-                except ValueError:
-                    pass
         for root_id, rel in candidates:
             if ".." in PurePosixPath(rel).parts:
                 continue

@@ -39,9 +39,9 @@ def test_scan_json_report_keys_and_exit_codes(notes):
 
 
 def test_failures_exit_1_with_reasons_on_stderr(tmp_path):
-    from .conftest import FIXTURES
-
     import shutil
+
+    from .conftest import FIXTURES
     bad = tmp_path / "bad"
     shutil.copytree(FIXTURES / "bad", bad)
     proc = loom("scan", str(bad), check=1)
@@ -82,13 +82,14 @@ def test_search_files_status_get_json_keys(notes):
     loom("scan", str(notes))
     hits = json.loads(loom("search", "warp", "tension", "--json").stdout)["hits"]
     assert hits and list(hits[0]) == ["path", "title", "score", "snippet"]
-    assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:]))
+    assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:], strict=False))
     files = json.loads(loom("files", "--json").stdout)["files"]
     assert list(files[0]) == ["path", "title", "kind", "content_len", "indexed_at"]
     assert {f["kind"] for f in files} == {"note", "pdf"}
     status = json.loads(loom("status", "--json").stdout)
     assert (status["files"], status["pdfs"], status["failed"]) == (9, 2, 0)
-    assert status["last_scan"]["report"]["added"] == 0 or status["last_scan"]["report"]
+    assert status["last_scan"]["report"]["skipped"] == 0
+    assert status["last_scan"]["report"]["added"] == 9
     got = json.loads(loom("get", "manuals/field-guide.pdf", "--offset", "0", "--length", "5",
                           "--json").stdout)
     assert got == {"path": "manuals/field-guide.pdf", "offset": 0, "length": 5,
@@ -100,7 +101,6 @@ def test_search_files_status_get_json_keys(notes):
 def test_search_any_text_and_no_match_exit_1(notes):
     loom("scan", str(notes))
     for query in ['"unbalanced', "AND OR NOT", "NEAR(", "*", "c++ -x"]:
-        loom("search", query, check=None).check_returncode if False else None
         assert loom("search", query, check=None).returncode in (0, 1)
     proc = loom("search", "qwertyuiopzz", check=1)
     assert proc.stdout == "" and proc.stderr == "loom: no matches\n"

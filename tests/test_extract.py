@@ -31,7 +31,7 @@ def test_utf8_latin1_utf16_and_broken_bytes():
     assert decode("Crêpes œufs".encode("cp1252")) == "Crêpes œufs"
     assert decode("\ufeffbom".encode("utf-8")) == "bom"
     assert decode("Ünïcode".encode("utf-16")) == "Ünïcode"
-    mostly_utf8 = "déjà vu, naïve café ".encode() + b"\xff" + " end".encode()
+    mostly_utf8 = "déjà vu, naïve café ".encode() + b"\xff" + b" end"
     assert decode(mostly_utf8) == "déjà vu, naïve café \ufffd end"
 
 

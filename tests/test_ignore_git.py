@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -43,10 +44,8 @@ def visible(paths: set[str]) -> set[str]:
 
 def make_tree(root: Path, paths: list[str]) -> None:
     for p in paths:
-        try:
+        with contextlib.suppress(IsADirectoryError, NotADirectoryError, FileExistsError):
             write(root / p, "x")
-        except (IsADirectoryError, NotADirectoryError, FileExistsError):
-            pass
 
 
 segment = st.lists(
