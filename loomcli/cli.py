@@ -295,6 +295,46 @@ def get(
             sys.stdout.write("\n")
 
 
+@app.command()
+def grep(
+    pattern: Annotated[str, typer.Argument(help="An RE2 regular expression.")],
+    path: Annotated[str | None, typer.Option("--path", help="Search only this file.")
+                    ] = None,
+    glob: Annotated[list[str] | None, typer.Option(
+        "--glob", "-g", help="Only files whose path matches (gitignore-style glob; "
+        "!GLOB excludes). Repeatable.")] = None,
+    context: Annotated[int, typer.Option("--context", "-C", min=0, max=50,
+                                         help="Lines of context around each match.")] = 0,
+    case_sensitive: Annotated[bool, typer.Option(
+        "--case-sensitive", "-s", help="Match case exactly (default: ignore case).")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1,
+                                       help="Most matching lines (at most 500).")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find exact strings and patterns (RE2): path, line, byte offset, page."""
+    from loomcli import grep as grep_mod
+
+    result = grep_mod.grep(_store(_config()), pattern, path=path, globs=glob or [],
+                           context=context, case_sensitive=case_sensitive, limit=limit)
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        out = []
+        for m in result.matches:
+            first = m.line - len(m.before)
+            out += [f"{m.path}-{first + i}-{line}" for i, line in enumerate(m.before)]
+            out.append(f"{m.path}:{m.line}:{m.offset}:{m.text}")
+            out += [f"{m.path}-{m.line + 1 + i}-{line}" for i, line in enumerate(m.after)]
+            if context:
+                out.append("--")
+        if out:
+            sys.stdout.write("\n".join(out[:-1] if context else out) + "\n")
+        if result.truncated:
+            _err(f"stopped after {len(result.matches)} matching lines; use --limit "
+                 "(at most 500) or narrow with --path/--glob")
+    raise typer.Exit(0 if result.matches else 1)
+
+
 # -- entry point -----------------------------------------------------------------------
 
 def main() -> NoReturn:

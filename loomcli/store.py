@@ -295,10 +295,16 @@ class Store:
     def list_files(self) -> list[FileInfo]:
         rows = self.conn.execute(
             "SELECT f.id, f.root_id, f.relpath, f.title, f.kind, f.content_len, f.indexed_at "
-            "FROM files f JOIN roots r ON r.id = f.root_id WHERE f.indexed_at IS NOT NULL "
-            "ORDER BY r.name, f.relpath").fetchall()
+            "FROM files f WHERE f.indexed_at IS NOT NULL ORDER BY f.root_id, f.relpath"
+        ).fetchall()
         return [FileInfo(self.display_path(r[1], r[2]), r[3], r[4], r[5], r[6], r[0])
                 for r in rows]
+
+    def paths(self) -> list[tuple[int, str]]:
+        """(file id, display path) of every indexed file, in path order."""
+        return [(r[0], self.display_path(r[1], r[2])) for r in self.conn.execute(
+            "SELECT id, root_id, relpath FROM files WHERE indexed_at IS NOT NULL "
+            "ORDER BY root_id, relpath")]
 
     def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None) -> bytes:
         """A byte range of a file's UTF-8 text, read without loading the rest."""
@@ -319,13 +325,14 @@ class Store:
     def iter_texts(self, file_ids: list[int] | None = None
                    ) -> Iterator[tuple[int, str, bytes, str | None]]:
         """(file id, display path, UTF-8 text, pages JSON) for grep, in path order."""
+        # Ordered by the (root_id, relpath) index: SQLite never sorts rows holding texts.
         sql = ("SELECT f.id, f.root_id, f.relpath, CAST(d.body AS BLOB), d.pages "
-               "FROM files f JOIN docs d ON d.id = f.id JOIN roots r ON r.id = f.root_id")
-        params: tuple[int, ...] = ()
+               "FROM files f JOIN docs d ON d.id = f.id")
+        params: tuple[str, ...] = ()
         if file_ids is not None:
-            sql += f" WHERE f.id IN ({','.join('?' * len(file_ids))})"
-            params = tuple(file_ids)
-        sql += " ORDER BY r.name, f.relpath"
+            sql += " WHERE f.id IN (SELECT value FROM json_each(?))"
+            params = (json.dumps(file_ids),)
+        sql += " ORDER BY f.root_id, f.relpath"
         for fid, root_id, rel, body, pages in self.conn.execute(sql, params):
             yield fid, self.display_path(root_id, rel), body, pages
 

@@ -1,0 +1,234 @@
+"""RE2 over the stored text: one match per line, with line, byte offset and page.
+
+RE2 runs in linear time (no catastrophic backtracking) within a memory cap. The text is
+read from SQLite as UTF-8 bytes and searched as bytes, so offsets are byte offsets of the
+extracted text and `loom get PATH --offset O` starts at the match. Like grep and
+ripgrep, a match never spans lines: `^`/`$` anchor at line ends and a candidate that
+would cross a newline is looked for again inside its own line.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loomcli import ignore
+from loomcli.errors import QueryError
+from loomcli.store import Store
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+MAX_CONTEXT = 50
+RE2_MAX_MEM = 64 << 20
+LONG_LINE = 1000  # bytes: longer lines are trimmed around the match
+TRIM_BEFORE, TRIM_AFTER = 200, 400
+ELLIPSIS = "…"
+
+
+@dataclass
+class Match:
+    path: str
+    line: int
+    offset: int
+    page: int | None
+    text: str
+    before: list[str] = field(default_factory=list)
+    after: list[str] = field(default_factory=list)
+    trimmed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "offset": self.offset,
+                "page": self.page, "text": self.text, "before": self.before,
+                "after": self.after, "trimmed": self.trimmed}
+
+
+@dataclass
+class GrepResult:
+    matches: list[Match]
+    truncated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"matches": [m.to_dict() for m in self.matches], "truncated": self.truncated}
+
+
+# Unicode meanings of the Perl classes, as grep and ripgrep use them (RE2's are ASCII).
+_WORD = r"\p{L}\p{M}\p{Nd}\p{Nl}\p{Pc}"
+_SPACE = (r"\t\n\x0b\f\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
+          r"\x{205f}\x{3000}")
+_IN_CLASS = {"w": _WORD, "d": r"\p{Nd}", "D": r"\P{Nd}", "s": _SPACE}
+_OUTSIDE = {"w": f"[{_WORD}]", "W": f"[^{_WORD}]", "d": r"\p{Nd}", "D": r"\P{Nd}",
+            "s": f"[{_SPACE}]", "S": f"[^{_SPACE}]"}
+
+
+def unicode_classes(pattern: str) -> str:
+    """Rewrite \\w \\W \\d \\D \\s \\S to Unicode classes (\\b stays ASCII: RE2 has no
+    Unicode word boundary). Escapes, \\Q…\\E and POSIX [:classes:] are left alone."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            d = pattern[i + 1]
+            if d == "Q":
+                end = pattern.find("\\E", i + 2)
+                end = n if end < 0 else end + 2
+                out.append(pattern[i:end])
+                i = end
+                continue
+            table = _IN_CLASS if in_class else _OUTSIDE
+            out.append(table.get(d, c + d))
+            i += 2
+            continue
+        if in_class:
+            if c == "[" and pattern.startswith("[:", i):
+                end = pattern.find(":]", i + 2)
+                if end >= 0:
+                    out.append(pattern[i:end + 2])
+                    i = end + 2
+                    continue
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if pattern.startswith("^", i):
+                out.append("^")
+                i += 1
+            if pattern.startswith("]", i):  # a leading ] is a literal member
+                out.append("]")
+                i += 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def compile_pattern(pattern: str, case_sensitive: bool = False) -> Any:
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = RE2_MAX_MEM
+    options.case_sensitive = case_sensitive
+    try:
+        source = "(?m)" + unicode_classes(pattern)
+        return re2.compile(source.encode("utf-8", "surrogatepass"), options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        reason = str(reason).replace(": (?m)", ": ", 1)  # RE2 quotes our line-mode prefix
+        raise QueryError(f"invalid pattern {pattern!r}: {reason}",
+                         "loom grep uses RE2 syntax (no backreferences or lookaround)"
+                         ) from None
+    except UnicodeEncodeError as exc:
+        raise QueryError(f"invalid pattern {pattern!r}: {exc.reason}") from None
+
+
+def _glob_filter(globs: Sequence[str]) -> list[ignore.Pattern]:
+    return ignore.parse_lines(globs, source="--glob")
+
+
+def _selected(path: str, globs: list[ignore.Pattern]) -> bool:
+    """ripgrep's --glob: include what a glob matches, exclude what a `!glob` matches;
+    with only exclusions, everything else is included. The last matching glob wins."""
+    if not globs:
+        return True
+    rel = path.encode("utf-8")
+    base = rel.rpartition(b"/")[2]
+    for pat in reversed(globs):
+        if pat.matches(rel, base, False):
+            return not pat.negative
+    return all(p.negative for p in globs)
+
+
+def _trim(buf: bytes, start: int, end: int, focus: int, focus_end: int) -> tuple[str, bool]:
+    """Decode buf[start:end]; a long line keeps a window around [focus, focus_end)."""
+    if end - start <= LONG_LINE:
+        return buf[start:end].decode("utf-8", "replace"), False
+    lo = max(start, focus - TRIM_BEFORE)
+    hi = min(end, max(focus_end, focus) + TRIM_AFTER, lo + LONG_LINE)  # a long match too
+    while lo > start and (buf[lo] & 0xC0) == 0x80:
+        lo -= 1
+    while hi < end and (buf[hi] & 0xC0) == 0x80:
+        hi += 1
+    text = buf[lo:hi].decode("utf-8", "replace")
+    return (ELLIPSIS if lo > start else "") + text + (ELLIPSIS if hi < end else ""), True
+
+
+def _context(buf: bytes, line_start: int, line_end: int, n: int) -> tuple[list[str], list[str]]:
+    before: list[str] = []
+    pos = line_start
+    while len(before) < n and pos > 0:
+        prev_start = buf.rfind(b"\n", 0, pos - 1) + 1
+        before.append(_trim(buf, prev_start, pos - 1, prev_start, prev_start)[0])
+        pos = prev_start
+    before.reverse()
+    after: list[str] = []
+    pos = line_end + 1
+    while len(after) < n and pos < len(buf):
+        nxt = buf.find(b"\n", pos)
+        nxt = len(buf) if nxt < 0 else nxt
+        after.append(_trim(buf, pos, nxt, pos, pos)[0])
+        pos = nxt + 1
+    return before, after
+
+
+def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, int]]:
+    """Yield (line number, match start, match end, line start, line end) per matching line."""
+    pos = 0
+    line_no = 1
+    counted_to = 0
+    size = len(buf)
+    while pos <= size:
+        m = regex.search(buf, pos)
+        if m is None:
+            return
+        start, end = m.start(), m.end()
+        if start == size and (size == 0 or buf.endswith(b"\n")):
+            return  # nothing follows the last newline: not a line
+        line_start = buf.rfind(b"\n", 0, start) + 1
+        line_end = buf.find(b"\n", start)
+        if line_end < 0:
+            line_end = size
+        if end > line_end:  # crossed a newline: look again inside this line only
+            m = regex.search(buf, line_start, line_end)
+            if m is None:
+                pos = line_end + 1
+                continue
+            start, end = m.start(), m.end()
+        line_no += buf.count(b"\n", counted_to, line_start)
+        counted_to = line_start
+        yield line_no, start, end, line_start, line_end
+        pos = line_end + 1
+
+
+def grep(store: Store, pattern: str, *, path: str | None = None,
+         globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
+         limit: int = DEFAULT_LIMIT) -> GrepResult:
+    """The one grep entry point for the CLI, MCP and HTTP."""
+    regex = compile_pattern(pattern, case_sensitive)
+    limit = max(1, min(limit, MAX_LIMIT))
+    context = max(0, min(context, MAX_CONTEXT))
+    glob_patterns = _glob_filter(globs)
+    file_ids: list[int] | None = None
+    if path is not None:
+        file_ids = [store.resolve(path).id]
+    elif glob_patterns:
+        file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
+    matches: list[Match] = []
+    for _fid, shown, buf, pages_json in store.iter_texts(file_ids):
+        pages = json.loads(pages_json) if pages_json else None
+        for line_no, start, end, line_start, line_end in search_text(regex, buf):
+            if len(matches) == limit:
+                return GrepResult(matches, truncated=True)
+            text, trimmed = _trim(buf, line_start, line_end, start, end)
+            before, after = _context(buf, line_start, line_end, context) if context else ([], [])
+            page = bisect_right(pages, start) if pages else None
+            matches.append(Match(shown, line_no, start, page, text, before, after, trimmed))
+    return GrepResult(matches, truncated=False)

@@ -1,0 +1,191 @@
+"""grep over a real index: agreement with a naive line scan, offsets, pages, limits."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loomcli import grep, reading
+from loomcli.errors import QueryError
+from loomcli.extract import Extracted
+from loomcli.store import Store
+
+from .conftest import FIXTURES, write
+
+LOOM = [sys.executable, "-m", "loomcli"]
+
+
+def make_store(tmp_path, docs: dict[str, str | Extracted]) -> Store:
+    s = Store.open(tmp_path / "index.db", create=True)
+    with s.transaction():
+        root = s.ensure_root(tmp_path / "notes")
+        for i, (path, doc) in enumerate(docs.items()):
+            d = doc if isinstance(doc, Extracted) else Extracted(doc, path)
+            s.add_file(root.id, path, "pdf" if d.pages else "note", 1, 1, bytes([i]), d)
+    return s
+
+
+def naive(pattern: str, docs: dict[str, str], flags: int) -> list[tuple[str, int, int]]:
+    """What grep -n -b would print, computed the slow, obvious way with Python's re."""
+    rx = re.compile(pattern, flags)
+    out = []
+    for path in sorted(docs):
+        offset = 0
+        for number, line in enumerate(docs[path].split("\n"), start=1):
+            if number == docs[path].count("\n") + 1 and line == "":
+                break
+            m = rx.search(line)
+            if m:
+                out.append((path, number, offset + len(line[:m.start()].encode())))
+            offset += len(line.encode()) + 1
+    return out
+
+
+ALPHABET = "abcAB é\nÉxß-_1"
+# Syntax RE2 and Python's re share, with the same meaning on these texts.
+PATTERNS = st.sampled_from([
+    "a", "ab", "a+b", "é", "É", "x$", "^a", "^$", "[a-c]+", "a|é", "(ab)+", "a.b", "b?c",
+    "[^ab]", "1", "-_", "ß", "a{2}", "^.+$", "é+x", r"\d", r"\w+", r"\s", "[éÉ]", "(?i)é",
+])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.text(ALPHABET, max_size=60), min_size=1, max_size=4),
+       pattern=PATTERNS, case_sensitive=st.booleans())
+def test_agrees_with_a_naive_line_scan(tmp_path_factory, texts, pattern, case_sensitive):
+    docs = {f"f{i}.md": t for i, t in enumerate(texts)}
+    store = make_store(tmp_path_factory.mktemp("g"), docs)
+    got = grep.grep(store, pattern, case_sensitive=case_sensitive, limit=500)
+    flags = 0 if case_sensitive else re.IGNORECASE
+    assert [(m.path, m.line, m.offset) for m in got.matches] == naive(pattern, docs, flags)
+    for m in got.matches:  # every offset starts a match, per loom get
+        rest = reading.get_range(store, m.path, m.offset)["content"]
+        assert re.match(pattern, rest.split("\n", 1)[0], flags) or re.match(pattern, rest,
+                                                                            flags)
+    store.close()
+
+
+def test_catastrophic_pattern_on_a_long_line_returns_at_once(tmp_path):
+    store = make_store(tmp_path, {"long.txt": "a" * 200_000 + "!\n"})
+    start = time.perf_counter()
+    result = grep.grep(store, "(a+)+$")
+    assert time.perf_counter() - start < 1.0
+    assert result.matches == []
+    start = time.perf_counter()
+    [m] = grep.grep(store, "(a+)+!").matches
+    assert time.perf_counter() - start < 1.0
+    # The match covers the whole line: shown from its start, cut, and marked as cut.
+    assert m.trimmed and m.text.startswith("aaa") and m.text.endswith("…")
+    assert len(m.text.encode()) <= 1000 + len("…".encode())
+
+
+def test_long_line_is_trimmed_around_the_match_and_says_so(tmp_path):
+    line = "x" * 3000 + " NEEDLE " + "y" * 3000
+    store = make_store(tmp_path, {"a.txt": line + "\nshort line\n"})
+    [m] = grep.grep(store, "needle").matches
+    assert m.trimmed and "NEEDLE" in m.text and m.text.startswith("…") and m.text.endswith("…")
+    assert m.offset == 3001
+    [short] = grep.grep(store, "short").matches
+    assert not short.trimmed and short.text == "short line"
+
+
+def test_pdf_hits_name_their_page(tmp_path):
+    pages = ["first page\n", "second page\nINV-42 here\n", "third\n"]
+    text = "".join(pages)
+    offsets = [0, len(pages[0].encode()), len((pages[0] + pages[1]).encode())]
+    store = make_store(tmp_path, {"doc.pdf": Extracted(text, "Doc", pages=offsets),
+                                  "note.md": "INV-42 in a note\n"})
+    got = {m.path: m for m in grep.grep(store, r"INV-\d+").matches}
+    assert got["doc.pdf"].page == 2 and got["doc.pdf"].line == 3
+    assert got["note.md"].page is None
+
+
+def test_context_limit_and_truncation(tmp_path):
+    store = make_store(tmp_path, {"a.md": "\n".join(f"line {i}" for i in range(1, 11)) + "\n"})
+    [m] = grep.grep(store, "line 5$", context=2).matches
+    assert (m.before, m.text, m.after) == (["line 3", "line 4"], "line 5", ["line 6", "line 7"])
+    [first] = grep.grep(store, "line 1$", context=3).matches
+    assert first.before == [] and first.after == ["line 2", "line 3", "line 4"]
+    cut = grep.grep(store, "line", limit=3)
+    assert len(cut.matches) == 3 and cut.truncated
+    whole = grep.grep(store, "line", limit=10)
+    assert len(whole.matches) == 10 and not whole.truncated
+    assert len(grep.grep(store, "line", limit=10_000).matches) == 10  # capped at 500
+
+
+def test_matches_never_span_lines(tmp_path):
+    store = make_store(tmp_path, {"a.md": "foo\nbar foo bar\n"})
+    assert [(m.line, m.offset) for m in grep.grep(store, r"foo\s+bar").matches] == [(2, 8)]
+
+
+def test_unicode_classes_like_grep(tmp_path):
+    store = make_store(tmp_path, {"a.md": "un café noir\nnbsp\u00a0here\n"})
+    assert grep.grep(store, r"caf\w+").matches[0].text == "un café noir"
+    assert [m.line for m in grep.grep(store, r"nbsp\shere").matches] == [2]
+
+
+def test_bad_pattern_says_why(tmp_path):
+    store = make_store(tmp_path, {"a.md": "x"})
+    with pytest.raises(QueryError, match=r"invalid pattern '\(a': missing \): \(a"):
+        grep.grep(store, "(a")
+    with pytest.raises(QueryError, match="invalid escape sequence"):
+        grep.grep(store, r"(a)\1")
+
+
+def test_path_and_glob_select_files(tmp_path):
+    store = make_store(tmp_path, {"a/x.md": "hit\n", "a/y.pdf": "hit\n", "b/z.md": "hit\n"})
+    assert [m.path for m in grep.grep(store, "hit", path="a/x.md").matches] == ["a/x.md"]
+    assert [m.path for m in grep.grep(store, "hit", globs=["*.md"]).matches] == ["a/x.md",
+                                                                                 "b/z.md"]
+    assert [m.path for m in grep.grep(store, "hit", globs=["a/**"]).matches] == ["a/x.md",
+                                                                                 "a/y.pdf"]
+    assert [m.path for m in grep.grep(store, "hit", globs=["!*.pdf"]).matches] == ["a/x.md",
+                                                                                   "b/z.md"]
+
+
+# -- through the CLI ------------------------------------------------------------------------
+
+def test_cli_grep_then_get_at_the_offset(tmp_path, loom_home):
+    notes = tmp_path / "notes"
+    shutil.copytree(FIXTURES / "notes", notes)
+    subprocess.run([*LOOM, "scan", str(notes)], check=True, capture_output=True)
+    proc = subprocess.run([*LOOM, "grep", "FT-2026-0[0-9]{3}"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == [
+        "manuals/field-guide.pdf:12:631:Invoice FT-2026-0412 covers the madder root "
+        "delivered in March.",
+        "projects/loom-controller.md:17:427:Budget: invoice FT-2026-0398 (parts) and "
+        "FT-2026-0415 (labour).",
+    ]
+    data = json.loads(subprocess.run([*LOOM, "grep", "FT-2026-0412", "--json"],
+                                     capture_output=True, text=True).stdout)
+    assert list(data) == ["matches", "truncated"]
+    [m] = data["matches"]
+    assert list(m) == ["path", "line", "offset", "page", "text", "before", "after", "trimmed"]
+    assert m["page"] == 4
+    got = subprocess.run([*LOOM, "get", m["path"], "--offset", str(m["offset"]), "--length",
+                          "12"], capture_output=True, text=True).stdout
+    assert got == "FT-2026-0412"
+    none = subprocess.run([*LOOM, "grep", "no-such-thing-zz"], capture_output=True, text=True)
+    assert (none.returncode, none.stdout) == (1, "")
+    bad = subprocess.run([*LOOM, "grep", "a[b"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("loom: invalid pattern 'a[b': missing ]: [b")
+
+
+def test_cli_grep_context_output_like_grep(tmp_path, loom_home):
+    notes = tmp_path / "n"
+    write(notes / "a.md", "one\ntwo\nthree\nfour\nfive\n")
+    subprocess.run([*LOOM, "scan", str(notes)], check=True, capture_output=True)
+    out = subprocess.run([*LOOM, "grep", "-C", "1", "^(two|five)$"], capture_output=True,
+                         text=True).stdout
+    assert out == "a.md-1-one\na.md:2:4:two\na.md-3-three\n--\na.md-4-four\na.md:5:19:five\n"
