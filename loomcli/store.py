@@ -106,6 +106,9 @@ class Store:
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA cache_size = -32000")
+        # Read through a memory map: a fresh `loom grep` reads every text once, and copying
+        # pages into SQLite's cache would cost more than the search itself.
+        conn.execute("PRAGMA mmap_size = 1073741824")
         migrate(conn)
         return cls(conn, path)
 
