@@ -335,6 +335,57 @@ def grep(
     raise typer.Exit(0 if result.matches else 1)
 
 
+@app.command()
+def ask(
+    question: Annotated[list[str], typer.Argument(help="The question, in any language.")],
+    top_k: Annotated[int | None, typer.Option("--top-k", "-k", min=1, max=50,
+                                              help="Files to send (default [ask] top_k).")
+                     ] = None,
+    show_context: Annotated[bool, typer.Option(
+        "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question from your notes with your LLM, citing the files it used."""
+    from loomcli import ask as ask_mod
+    from loomcli import providers
+
+    cfg = _config()
+    store = _store(cfg)
+    text = " ".join(question).strip()
+    if not text:
+        raise LoomError("the question is empty", 'ask something: loom ask "…"')
+    if show_context:
+        prompt = ask_mod.build_prompt(store, text, top_k=top_k or cfg.get("ask.top_k"),
+                                      budget=cfg.get("ask.file_budget_chars"),
+                                      head_chars=cfg.get("ask.head_chars"))
+        if prompt is None:
+            _err("no indexed file matches the question; nothing would be sent")
+            raise typer.Exit(1)
+        sys.stdout.write(prompt.render())
+        return
+    provider = providers.from_config(cfg)
+
+    def stream(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    result = ask_mod.ask(store, cfg, text, provider, top_k=top_k,
+                         on_text=None if as_json else stream)
+    if result is None:
+        _err("no indexed file matches the question; nothing was sent to the LLM")
+        raise typer.Exit(1)
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    titles = {u.path: u.title for u in result.used}
+    lines = ["", "", "Sources:"]
+    if result.citations:
+        lines += [f"  [{p}] {titles[p]}" for p in result.citations]
+    else:
+        lines.append("  (none cited) sent: " + ", ".join(u.path for u in result.used))
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
 # -- entry point -----------------------------------------------------------------------
 
 def main() -> NoReturn:

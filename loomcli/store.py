@@ -187,6 +187,14 @@ class Store:
 
     # -- writing (the indexer's calls) ---------------------------------------------------
 
+    def file(self, file_id: int) -> FileRow:
+        row = self.conn.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE id = ?",
+                                (file_id,)).fetchone()
+        if row is None:
+            raise IndexMissingError(f"file #{file_id} is no longer in the index",
+                                    "it was removed by a scan; search again")
+        return FileRow(*row)
+
     def files_under(self, root_id: int) -> dict[str, FileRow]:
         return {row[2]: FileRow(*row) for row in self.conn.execute(
             f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,))}
@@ -276,9 +284,11 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------
 
-    def search(self, query: str, limit: int) -> list[Hit]:
-        for operator in ("AND", "OR"):
-            match = quote_fts(query, operator)
+    def search(self, query: str, limit: int, operator: str = "auto") -> list[Hit]:
+        """BM25-ranked files. `auto`: all words must match, else any word may."""
+        rows: list[tuple[int, float, str]] = []
+        for op in (("AND", "OR") if operator == "auto" else (operator,)):
+            match = quote_fts(query, op)
             if not match:
                 return []
             rows = self.conn.execute(

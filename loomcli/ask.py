@@ -1,0 +1,130 @@
+"""retrieve → excerpts → prompt → one provider call → citations.
+
+The prompt is bounded: each file's block (its `## [path] title` line and excerpt) fits
+`file_budget_chars`, so the whole prompt never exceeds top_k × budget plus the fixed
+instructions and the question.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loomcli.config import Config
+from loomcli.excerpt import STOPWORDS, excerpt
+from loomcli.providers import Provider
+from loomcli.store import Store
+
+INSTRUCTIONS = """\
+You answer questions from the user's own notes. Use only the notes given below; do not \
+add facts from elsewhere. Each note starts with a line "## [path] title". Cite every \
+note you use by writing its path in square brackets, exactly as given, e.g. [notes/a.md]. \
+If the notes do not contain the answer, say so plainly instead of guessing. Parts of long \
+notes are left out where you see [...]. Reply in the language of the question."""
+MAX_TOP_K = 50
+_CITATION = re.compile(r"\[([^\[\]\n]{1,400})\]")
+
+
+@dataclass
+class UsedFile:
+    path: str
+    title: str
+    content_len: int
+    spans: list[tuple[int, int]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "title": self.title, "content_len": self.content_len}
+
+
+@dataclass
+class Prompt:
+    system: str
+    user: str
+    used: list[UsedFile]
+
+    def render(self) -> str:
+        """Exactly what is sent, as `--show-context` prints it."""
+        return f"[system]\n{self.system}\n\n[user]\n{self.user}"
+
+
+@dataclass
+class Answer:
+    answer: str
+    citations: list[str]
+    used: list[UsedFile]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answer": self.answer, "citations": self.citations,
+                "used": [u.to_dict() for u in self.used]}
+
+
+def retrieval_query(question: str) -> str:
+    words = [w for w in question.split() if w.lower().strip("?!.,;:()\"'") not in STOPWORDS]
+    return " ".join(words) or question
+
+
+def question_block(question: str) -> str:
+    return f"Question: {question.strip()}\n"
+
+
+def build_prompt(store: Store, question: str, *, top_k: int, budget: int, head_chars: int
+                 ) -> Prompt | None:
+    """The prompt for `question`, or None when no indexed file matches it."""
+    top_k = max(1, min(top_k, MAX_TOP_K))
+    hits = store.search(retrieval_query(question), top_k * 2, operator="OR")
+    blocks: list[str] = []
+    used: list[UsedFile] = []
+    seen_hashes: set[bytes] = set()
+    seen_texts: set[str] = set()
+    for hit in hits:
+        if len(used) == top_k:
+            break
+        row = store.file(hit.file_id)
+        if row.hash is not None and row.hash in seen_hashes:
+            continue  # the same content under another path: send it once
+        header = f"## [{hit.path}] {hit.title}".rstrip()[: budget // 2] + "\n"
+        text = store.text_bytes(hit.file_id).decode("utf-8", "replace")
+        part = excerpt(text, question, budget - len(header) - 1, head_chars)
+        key = " ".join(part.text.split())
+        if key in seen_texts:
+            continue  # a near-duplicate: the same excerpt would be sent twice
+        if row.hash is not None:
+            seen_hashes.add(row.hash)
+        seen_texts.add(key)
+        blocks.append(header + part.text.rstrip("\n") + "\n")
+        used.append(UsedFile(hit.path, hit.title, row.content_len, part.spans))
+    if not used:
+        return None
+    return Prompt(INSTRUCTIONS, "\n".join(blocks) + "\n" + question_block(question), used)
+
+
+def citations(answer: str, used: list[UsedFile]) -> list[str]:
+    """Paths the answer cites in [brackets] that were actually sent, in order."""
+    sent = {u.path for u in used}
+    out: list[str] = []
+    for m in _CITATION.finditer(answer):
+        for part in m.group(1).split(","):
+            path = part.strip().strip("`")
+            if path in sent and path not in out:
+                out.append(path)
+    return out
+
+
+def ask(store: Store, cfg: Config, question: str, provider: Provider, *,
+        top_k: int | None = None, on_text: Callable[[str], None] | None = None
+        ) -> Answer | None:
+    """One call to the LLM; None when nothing matches (and nothing is called)."""
+    prompt = build_prompt(store, question, top_k=top_k or cfg.get("ask.top_k"),
+                          budget=cfg.get("ask.file_budget_chars"),
+                          head_chars=cfg.get("ask.head_chars"))
+    if prompt is None:
+        return None
+    pieces: list[str] = []
+    for piece in provider.stream(prompt.system, prompt.user):
+        pieces.append(piece)
+        if on_text:
+            on_text(piece)
+    answer = "".join(pieces)
+    return Answer(answer, citations(answer, prompt.used), prompt.used)

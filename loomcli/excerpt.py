@@ -1,0 +1,175 @@
+"""Head + best window(s) of a long text for a question: pure, testable on strings.
+
+A file longer than its budget is sent as its head (what the document is: at most a
+quarter of the budget) plus the part that best answers the question (where the answer
+is). Windows are scored by the question's terms, each weighted by its rarity inside this
+file (a word on every page says little about where the answer is), with crude prefix
+stemming that works across languages and a cap on how often one term counts. When the
+question's terms sit in two places, two half-size windows can beat one. Cuts snap to
+line ends and are marked `[...]`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+MARK = "\n[...]\n"
+STEM_CHARS = 6  # crude stemming: a term matches words that start with its first 6 letters
+TERM_CAP = 3  # one term counts at most this many times in a window
+BLOCK_CHARS = 600  # rarity of a term = in how many such blocks of the file it occurs
+SNAP_CHARS = 200  # how far a cut may move back to land on a line end
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Function words of a few languages: they say nothing about where an answer is.
+_FUNCTION_WORDS = """
+a about above after again all also am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from
+further had has have having he her here hers him his how i if in into is it its itself
+just me more most my no nor not now of off on once only or other our out over own same
+she should so some such than that the their them then there these they this those
+through to too under until up very was we were what when where which while who whom why
+will with would you your yours tell explain describe show give list say says said use
+used using get gets le la les un une des du de et est en que qui dans pour pas sur au
+der die das und ist ein eine nicht mit von zu den im el los las y es por con para se
+"""
+STOPWORDS = frozenset(_FUNCTION_WORDS.split())
+
+
+@dataclass
+class Excerpt:
+    text: str
+    spans: list[tuple[int, int]] = field(default_factory=list)  # character ranges used
+    cut: bool = False
+
+
+def terms(question: str) -> list[str]:
+    """The question's content words as lower-case stems, in order, without repeats."""
+    out: list[str] = []
+    for word in _WORD.findall(question.lower()):
+        if word in STOPWORDS or (len(word) < 3 and not word.isdigit()):
+            continue
+        stem = word[:STEM_CHARS]
+        if stem not in out:
+            out.append(stem)
+    return out
+
+
+def _occurrences(lower: str, stems: list[str]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for stem in stems:
+        rx = re.compile(r"(?<!\w)" + re.escape(stem))
+        hits = [m.start() for m in rx.finditer(lower)]
+        if hits:
+            found[stem] = hits
+    return found
+
+
+def _weights(occ: dict[str, list[int]], length: int) -> dict[str, float]:
+    blocks = max(1, math.ceil(length / BLOCK_CHARS))
+    weights = {}
+    for stem, hits in occ.items():
+        df = len({h // BLOCK_CHARS for h in hits})
+        weights[stem] = math.log(1 + blocks / df)
+    return weights
+
+
+def _score(occ: dict[str, list[int]], weights: dict[str, float], start: int, end: int,
+           only: set[str] | None = None) -> tuple[float, set[str]]:
+    score = 0.0
+    present: set[str] = set()
+    for stem, hits in occ.items():
+        if only is not None and stem not in only:
+            continue
+        n = bisect_left(hits, end) - bisect_left(hits, start)
+        if n:
+            present.add(stem)
+            score += weights[stem] * (1 + math.log(min(n, TERM_CAP)))
+    return score, present
+
+
+def _snap_end(text: str, end: int, floor: int) -> int:
+    """Move a cut back to just after a newline, when one is near."""
+    if end >= len(text):
+        return len(text)
+    nl = text.rfind("\n", max(floor, end - SNAP_CHARS), end)
+    return nl + 1 if nl >= 0 else end
+
+
+def _snap_start(text: str, start: int, floor: int) -> int:
+    """Move a window start back to a line start, when one is near."""
+    if start <= floor:
+        return floor
+    nl = text.rfind("\n", max(floor, start - SNAP_CHARS), start)
+    return nl + 1 if nl >= 0 else start
+
+
+def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float],
+                 floor: int, size: int, only: set[str] | None = None
+                 ) -> tuple[float, int, int, set[str]]:
+    best = (0.0, floor, min(len(text), floor + size), set[str]())
+    seen: set[int] = set()
+    for stem, hits in occ.items():
+        if only is not None and stem not in only:
+            continue
+        for h in hits:
+            if h < floor:
+                continue
+            for lead in (size // 4, size // 2):
+                start = _snap_start(text, max(floor, h - lead), floor)
+                start = min(start, max(floor, len(text) - size))
+                if start in seen:
+                    continue
+                seen.add(start)
+                end = _snap_end(text, start + size, start + size // 2)
+                score, present = _score(occ, weights, start, end, only)
+                if score > best[0]:
+                    best = (score, start, end, present)
+    return best
+
+
+def excerpt(text: str, question: str, budget: int, head_chars: int = 1200) -> Excerpt:
+    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s)."""
+    if len(text) <= budget:
+        return Excerpt(text, [(0, len(text))], cut=False)
+    head_end = _snap_end(text, min(head_chars, budget // 4), min(head_chars, budget // 4) // 2)
+    head = text[:head_end]
+    occ = _occurrences(text.lower(), terms(question))
+    occ = {s: [h for h in hits if h >= head_end] for s, hits in occ.items()}
+    occ = {s: hits for s, hits in occ.items() if hits}
+    room = budget - len(head) - 2 * len(MARK)
+    if not occ or room <= 0:
+        end = _snap_end(text, budget - len(MARK), budget // 2)
+        return Excerpt(text[:end] + MARK.rstrip("\n"), [(0, end)], cut=True)
+    weights = _weights(occ, len(text))
+    score, start, end, present = _best_window(text, occ, weights, head_end, room)
+    windows = [(start, end)]
+    missing = set(occ) - present
+    if missing and room >= 1200:
+        # Two half windows: the best one for all terms, then the best for what it lacks.
+        half = (room - len(MARK)) // 2
+        s1, a1, b1, p1 = _best_window(text, occ, weights, head_end, half)
+        rest = set(occ) - p1
+        if rest:
+            s2, a2, b2, _ = _best_window(text, occ, weights, head_end, half, only=rest)
+            if s2 > 0 and (b2 <= a1 or a2 >= b1):
+                pair_score, _ = _score(occ, weights, a1, b1)
+                pair_score += _score(occ, weights, a2, b2, only=rest)[0]
+                if pair_score > score:
+                    windows = sorted([(a1, b1), (a2, b2)])
+    parts = [head]
+    pos = head_end
+    spans = [(0, head_end)]
+    for a, b in windows:
+        if a > pos:
+            parts.append(MARK)
+        parts.append(text[a:b])
+        spans.append((a, b))
+        pos = b
+    if pos < len(text):
+        parts.append(MARK.rstrip("\n"))
+    out = "".join(parts)
+    assert len(out) <= budget, (len(out), budget)
+    return Excerpt(out, spans, cut=True)

@@ -1,0 +1,77 @@
+"""Excerpts are pure: strings in, strings out."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loomcli.excerpt import MARK, excerpt, terms
+
+FILLER = "".join(f"Line {i} talks about nothing in particular, weaving and looms.\n"
+                 for i in range(400))
+
+
+def doc_with(answer: str, at: int) -> str:
+    return FILLER[:at] + "\n" + answer + "\n" + FILLER[at:]
+
+
+def test_short_text_is_sent_whole():
+    e = excerpt("short note", "anything", 100)
+    assert (e.text, e.cut, e.spans) == ("short note", False, [(0, 10)])
+
+
+def test_deep_answer_is_found_with_head_and_marks():
+    answer = "The madder vat must stay below sixty degrees or the red turns brown."
+    text = doc_with(answer, 15_000)
+    e = excerpt(text, "What temperature for the madder vat?", 3000, head_chars=1200)
+    assert answer in e.text and e.cut and len(e.text) <= 3000
+    head_end = e.spans[0][1]
+    assert head_end <= 3000 // 4 and text.startswith(e.text[:head_end])
+    assert e.text.count("[...]") == 2 and MARK in e.text
+
+
+def test_no_matching_term_sends_the_head_only():
+    e = excerpt(FILLER, "quantum chromodynamics", 2000)
+    assert e.text.startswith(FILLER[:1000]) and e.text.endswith("[...]")
+    assert e.spans == [(0, e.spans[0][1])] and len(e.text) <= 2000
+
+
+def test_stems_cross_inflections_and_rare_terms_win():
+    text = FILLER + "\nConfiguring the tension gauge: set GAUGE_MAX.\n" + FILLER
+    e = excerpt(text, "how do I configure the gauge for weaving?", 2500)
+    assert "Configuring the tension gauge" in e.text  # "weaving" is everywhere: weighs little
+
+
+def test_two_windows_when_terms_sit_in_two_places():
+    text = (FILLER[:8000] + "\nThe warp beam is oiled monthly.\n" + FILLER[8000:20000]
+            + "\nThe heddle frames are replaced yearly.\n" + FILLER[20000:])
+    e = excerpt(text, "warp beam oiled heddle frames replaced", 4000)
+    assert "warp beam is oiled" in e.text and "heddle frames are replaced" in e.text
+    assert len(e.spans) == 3
+
+
+def test_cuts_land_on_line_ends():
+    text = doc_with("ANSWER LINE with the keyword zircon inside it.", 12_000)
+    e = excerpt(text, "zircon", 3000)
+    for start, end in e.spans:
+        assert start == 0 or text[start - 1] == "\n"
+        assert end == len(text) or text[end - 1] == "\n"
+
+
+def test_terms_drop_function_words_and_repeat():
+    assert terms("What is the Tension of the tension gauge?") == ["tensio", "gauge"]
+    assert terms("Où est la température du bain?") == ["tempér", "bain"]  # 2 letters: out
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(min_size=0, max_size=6000), question=st.text(max_size=60),
+       budget=st.integers(min_value=40, max_value=5000),
+       head=st.integers(min_value=0, max_value=3000))
+def test_never_exceeds_the_budget_and_spans_are_real(text, question, budget, head):
+    e = excerpt(text, question, budget, head)
+    assert len(e.text) <= budget
+    for start, end in e.spans:
+        assert 0 <= start <= end <= len(text)
+        assert text[start:end] in e.text
+    if e.cut and len(e.spans) > 1:  # head + window(s): the head is at most a quarter
+        assert e.spans[0] == (0, e.spans[0][1]) and e.spans[0][1] <= min(head, budget // 4)
