@@ -386,6 +386,30 @@ def ask(
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+@app.command()
+def mcp() -> None:
+    """Serve loom's tools to an agent over MCP on stdio (Claude Desktop, Claude Code, Codex)."""
+    from loomcli import mcp_server
+
+    _config()  # a broken config fails here, in the terminal, not inside the agent
+    mcp_server.run(State.config_override)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port (0: any free port).")] = 8080,
+    corpus_root: Annotated[Path | None, typer.Option(
+        "--corpus-root", help="Serve several corpora: DIR/<name>/notes, each its own index.")
+    ] = None,
+) -> None:
+    """Serve loom's operations as JSON over HTTP."""
+    from loomcli import http_server
+
+    http_server.serve(_config, host, port, corpus_root)
+
+
 # -- entry point -----------------------------------------------------------------------
 
 def main() -> NoReturn:

@@ -1,0 +1,99 @@
+"""`loom mcp`: the library's operations as MCP tools on stdio (official SDK, v2 API).
+
+Every tool is a thin call into service.Corpus, run in a worker thread so a long scan or
+LLM answer does not block the protocol. A LoomError becomes a tool error (is_error with
+loom's one-line message), never a crash and never a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from loomcli import __version__
+from loomcli.errors import LoomError
+from loomcli.service import DEFAULT_EXCERPT_CHARS, Corpus
+
+INSTRUCTIONS = """\
+loom is the user's local memory of notes and PDFs. Use loom_search to find which files \
+are about something (ranked, with excerpts); use loom_grep for exact strings such as \
+invoice numbers, error codes or names, then loom_get_file with the returned offset to read \
+a few KB around the hit instead of the whole file; loom_ask when the user wants an answer \
+written by their own LLM from their notes; loom_scan after files changed."""
+
+
+def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
+    import anyio
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer(name="loom", version=__version__, instructions=INSTRUCTIONS,
+                       log_level="WARNING")
+
+    async def call(fn: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        corpus = corpus_factory()
+        try:
+            return await anyio.to_thread.run_sync(partial(getattr(corpus, fn.__name__),
+                                                          **kwargs))
+        except LoomError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool(description=(
+        "Rank the user's notes and PDFs by relevance (BM25) to a query. Returns hits with "
+        "path, title, score, a snippet, content_len (bytes) and content: the whole text when "
+        "short, else the head plus the passage best matching the query, about excerpt_chars "
+        "long. Any text is a valid query. For exact codes or strings use loom_grep instead."))
+    async def loom_search(query: str, limit: int = 10,
+                          excerpt_chars: int = DEFAULT_EXCERPT_CHARS) -> dict[str, Any]:
+        return await call(Corpus.search, query=query, limit=limit, excerpt_chars=excerpt_chars)
+
+    @server.tool(description=(
+        "Find exact strings or RE2 regular expressions (case-insensitive unless "
+        "case_sensitive) in every indexed file, or one (path), or those matching gitignore-"
+        "style globs. One result per matching line: path, line, byte offset, PDF page, the "
+        "line, and `context` lines around it; at most `limit` (50, max 500), `truncated` "
+        "when cut. Then call loom_get_file(path, offset=offset - 500, length=2000) to read "
+        "around a hit."))
+    async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,
+                        context: int = 0, case_sensitive: bool = False,
+                        limit: int = 50) -> dict[str, Any]:
+        return await call(Corpus.grep, pattern=pattern, path=path, globs=glob or [],
+                          context=context, case_sensitive=case_sensitive, limit=limit)
+
+    @server.tool(description=(
+        "Read a file's extracted text, or a byte range of it (offset and length in bytes of "
+        "the UTF-8 text; clamped to the text, never a broken character). Returns path, "
+        "offset, length (what was returned), content_len and content. Paths are as "
+        "loom_list_files, loom_search and loom_grep show them. Prefer a length of a few "
+        "thousand bytes around a grep offset over reading a whole long PDF."))
+    async def loom_get_file(path: str, offset: int = 0,
+                            length: int | None = None) -> dict[str, Any]:
+        return await call(Corpus.get_file, path=path, offset=offset, length=length)
+
+    @server.tool(description=(
+        "Answer a question from the user's notes with the user's configured LLM, in one "
+        "call: the top_k best files are sent as their head plus the passage that answers. "
+        "Returns answer, citations (paths the answer cites) and used (files sent)."))
+    async def loom_ask(question: str, top_k: int = 5) -> dict[str, Any]:
+        return await call(Corpus.ask, question=question, top_k=top_k)
+
+    @server.tool(description=(
+        "Bring the index up to date with the folders it covers (incremental: only changed "
+        "files are read). Returns the scan report: added, updated, moved, removed, skipped, "
+        "failed, duration_ms and errors [{path, error}]. force re-extracts everything."))
+    async def loom_scan(force: bool = False) -> dict[str, Any]:
+        return await call(Corpus.scan, force=force)
+
+    @server.tool(description=(
+        "List every indexed file: path, title, kind (note or pdf), content_len (bytes of "
+        "extracted text) and indexed_at (Unix time)."))
+    async def loom_list_files() -> dict[str, Any]:
+        return await call(Corpus.list_files)
+
+    return server
+
+
+def run(config_override: str | None = None) -> None:
+    server = build_server(lambda: Corpus.default(config_override))
+    server.run("stdio")

@@ -1,0 +1,100 @@
+"""`loom mcp` driven by the MCP SDK's own stdio client, as an agent would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from .conftest import FIXTURES, write
+
+LOOM = [sys.executable, "-m", "loomcli"]
+TOOLS = {"loom_search", "loom_ask", "loom_grep", "loom_get_file", "loom_scan",
+         "loom_list_files"}
+
+
+def structured(result) -> dict:
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+@pytest.fixture
+def notes(tmp_path, loom_home):
+    folder = tmp_path / "notes"
+    shutil.copytree(FIXTURES / "notes", folder)
+    write(folder / "invoices" / "march.md",
+          "# March invoices\n\n| code | amount |\n|---|---|\n| FT-2026-0101 | 120 € |\n"
+          "| FT-2026-0102 | 80 € |\n")
+    subprocess.run([*LOOM, "scan", str(folder)], check=True, capture_output=True)
+    return folder
+
+
+def run_session(loom_home, body):
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "loomcli", "mcp"],
+                                   env={**os.environ, "LOOM_HOME": str(loom_home)})
+
+    async def main():
+        async with Client(params) as client:
+            return await body(client)
+
+    return anyio.run(main)
+
+
+def test_agent_session_lists_tools_greps_reads_scans_and_gets_tool_errors(notes, loom_home):
+    async def body(client):
+        tools = await client.list_tools()
+        names = {t.name for t in tools.tools}
+        descriptions = {t.name: t.description for t in tools.tools}
+        grep = structured(await client.call_tool("loom_grep",
+                                                 {"pattern": r"FT-2026-0\d{3}"}))
+        reads = []
+        for m in grep["matches"]:
+            got = structured(await client.call_tool(
+                "loom_get_file", {"path": m["path"], "offset": m["offset"], "length": 12}))
+            reads.append(got["content"])
+        (notes / "invoices" / "april.md").write_text("# April\nFT-2026-0207 paid\n")
+        scan = structured(await client.call_tool("loom_scan", {}))
+        escape = await client.call_tool("loom_get_file", {"path": "../../etc/passwd"})
+        bad = await client.call_tool("loom_grep", {"pattern": "(unclosed"})
+        search = structured(await client.call_tool(
+            "loom_search", {"query": "madder root", "excerpt_chars": 400}))
+        files = structured(await client.call_tool("loom_list_files", {}))
+        return names, descriptions, grep, reads, scan, escape, bad, search, files
+
+    names, descriptions, grep, reads, scan, escape, bad, search, files = run_session(
+        loom_home, body)
+    assert names == TOOLS
+    assert "loom_get_file" in descriptions["loom_grep"]
+    codes = sorted(reads)
+    # One result per line: 0398 and 0415 share a line, the first one is returned.
+    assert codes == ["FT-2026-0101", "FT-2026-0102", "FT-2026-0398", "FT-2026-0412"]
+    assert {m["page"] for m in grep["matches"] if m["path"].endswith(".pdf")} == {4}
+    assert (scan["added"], scan["failed"]) == (1, 0)
+    assert list(scan) == ["added", "updated", "moved", "removed", "skipped", "failed",
+                          "duration_ms", "errors"]
+    assert escape.is_error and "escapes the index" in escape.content[0].text
+    assert "root:" not in escape.content[0].text
+    assert bad.is_error and "invalid pattern" in bad.content[0].text
+    assert search["hits"][0]["content_len"] > 0 and len(search["hits"][0]["content"]) <= 400
+    assert any(f["path"] == "invoices/april.md" for f in files["files"])
+
+
+def test_ask_tool_reports_an_unreachable_llm_as_a_tool_error(notes, loom_home):
+    write(loom_home / "config.toml",
+          '[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "http://127.0.0.1:9"\n')
+
+    async def body(client):
+        return await client.call_tool("loom_ask", {"question": "madder root"})
+
+    result = run_session(loom_home, body)
+    assert result.is_error and "cannot reach ollama at http://127.0.0.1:9" in \
+        result.content[0].text
