@@ -410,6 +410,43 @@ def serve(
     http_server.serve(_config, host, port, corpus_root)
 
 
+@app.command()
+def watch(
+    dirs: Annotated[list[Path] | None, typer.Argument(
+        help="Folders to keep indexed (default: config notes_dirs, else the indexed roots).",
+        show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
+) -> None:
+    """Scan, then keep the index current as files change (Ctrl-C to stop)."""
+    from loomcli import indexer
+    from loomcli import watch as watch_mod
+
+    cfg = _config()
+    roots = indexer.resolve_roots(cfg, None if dirs else _existing_store(cfg), dirs or [])
+    store = _store(cfg, create=True)
+
+    def emit(event: dict[str, Any]) -> None:
+        if event["change"] == "failed":
+            _err(f"failed: {event['path']}: {event['error']}")
+        if as_json:
+            line = json.dumps(event, ensure_ascii=False)
+        elif event["change"] == "scanned":
+            r = event["report"]
+            line = (f"scanned: added {r['added']}, updated {r['updated']}, moved "
+                    f"{r['moved']}, removed {r['removed']}, skipped {r['skipped']}, failed "
+                    f"{r['failed']}; watching {len(roots)} folder(s), Ctrl-C to stop")
+        elif event["change"] == "moved":
+            line = f"moved {event['from']} -> {event['path']}"
+        elif event["change"] == "failed":
+            return
+        else:
+            line = f"{event['change']} {event['path']}"
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    watch_mod.watch(store, lambda: _config(), roots, emit, _err)
+
+
 # -- entry point -----------------------------------------------------------------------
 
 def main() -> NoReturn:

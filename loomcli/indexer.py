@@ -28,6 +28,9 @@ BATCH_SECONDS = 1.0
 OPTIMIZE_AFTER_CHANGES = 500  # merge FTS segments after a scan changed this many files
 
 Progress = Callable[[int, int, str], None]
+# (change, path, detail): "added" | "updated" | "removed" with detail None, "moved" with
+# the old path, "failed" with the reason. Called after the change is written.
+OnChange = Callable[[str, str, str | None], None]
 
 
 @dataclass
@@ -140,7 +143,8 @@ class _Batch:
         self.open, self.pending = False, 0
 
     def rollback(self) -> None:
-        if self.open:
+        # Ask SQLite, not our flag: an interrupt may land between COMMIT and the flag.
+        if self.store.conn.in_transaction:
             self.store.conn.execute("ROLLBACK")
         self.open, self.pending = False, 0
 
@@ -148,12 +152,19 @@ class _Batch:
 class Indexer:
     def __init__(self, store: Store, config: Config, *, progress: Progress | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+                 on_wait: Callable[[str], None] | None = None,
+                 on_change: OnChange | None = None) -> None:
         self.store = store
         self.config = config
         self.progress = progress
         self.clock = clock
         self.on_wait = on_wait
+        self.on_change = on_change
+
+    def _changed(self, change: str, root_id: int, relpath: str, detail: str | None = None
+                 ) -> None:
+        if self.on_change:
+            self.on_change(change, self.store.display_path(root_id, relpath), detail)
 
     def scan(self, roots: Sequence[Path], *, force: bool = False) -> ScanReport:
         start = self.clock()
@@ -229,6 +240,7 @@ class Indexer:
                 with batch.file():
                     store.remove(row.id)
                     report.removed += 1
+                self._changed("removed", row.root_id, row.relpath)
             batch.commit()
         except BaseException:
             batch.rollback()
@@ -292,6 +304,8 @@ class Indexer:
             del vanished_ids[row.id]
             store.move(row.id, item.root.id, ref.relpath, ref.size, ref.mtime_ns)
             report.moved += 1
+            self._changed("moved", item.root.id, ref.relpath,
+                          store.display_path(row.root_id, row.relpath))
             return True
         return False
 
@@ -302,15 +316,18 @@ class Indexer:
             self.store.add_file(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
                                 item.digest, doc)
             report.added += 1
+            self._changed("added", item.root.id, ref.relpath)
         else:
             self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc)
             report.updated += 1
+            self._changed("updated", item.root.id, ref.relpath)
 
     def _store_failure(self, item: _Todo, report: ScanReport, error: str) -> None:
         ref = item.ref
         self.store.record_failure(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
                                   item.digest, error, item.row.id if item.row else None)
         self._fail(report, self.store.display_path(item.root.id, ref.relpath), error)
+        self._changed("failed", item.root.id, ref.relpath, error)
 
 
 def scan(store: Store, config: Config, dirs: Sequence[str | Path] = (), *, force: bool = False,

@@ -121,7 +121,8 @@ class Store:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # an interrupt may land after COMMIT ran
+                self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
