@@ -73,6 +73,19 @@ def _store(cfg: Config, *, create: bool = False) -> Store:
     return Store.open(cfg.db_path, create=create)
 
 
+def _existing_store(cfg: Config) -> Store | None:
+    return _store(cfg) if cfg.db_path.exists() else None
+
+
+def _roots_and_store(dirs: list[Path] | None) -> tuple[Config, list[Path], Store]:
+    """The folders to scan or watch (checked before anything is written), and the index."""
+    from loomcli import indexer
+
+    cfg = _config()
+    roots = indexer.resolve_roots(cfg, None if dirs else _existing_store(cfg), dirs or [])
+    return cfg, roots, _store(cfg, create=True)
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
@@ -184,9 +197,7 @@ def scan(
     """Index folders of notes and PDFs (incremental)."""
     from loomcli import indexer
 
-    cfg = _config()
-    roots = indexer.resolve_roots(cfg, None if dirs else _existing_store(cfg), dirs or [])
-    store = _store(cfg, create=True)
+    cfg, roots, store = _roots_and_store(dirs)
     bar = _ProgressBar()
     try:
         report = indexer.Indexer(store, cfg, progress=bar, on_wait=_err).scan(roots, force=force)
@@ -201,8 +212,6 @@ def scan(
     raise typer.Exit(indexer.exit_code(report))
 
 
-def _existing_store(cfg: Config) -> Store | None:
-    return _store(cfg) if cfg.db_path.exists() else None
 
 
 @app.command()
@@ -420,12 +429,9 @@ def watch(
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
 ) -> None:
     """Scan, then keep the index current as files change (Ctrl-C to stop)."""
-    from loomcli import indexer
     from loomcli import watch as watch_mod
 
-    cfg = _config()
-    roots = indexer.resolve_roots(cfg, None if dirs else _existing_store(cfg), dirs or [])
-    store = _store(cfg, create=True)
+    _, roots, store = _roots_and_store(dirs)
 
     def emit(event: dict[str, Any]) -> None:
         if event["change"] == "failed":

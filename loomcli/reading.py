@@ -14,12 +14,6 @@ def plain(snippet: str) -> str:
     return snippet.replace(SNIPPET_START, "").replace(SNIPPET_END, "")
 
 
-def search(store: Store, query: str, limit: int = 10) -> dict[str, Any]:
-    if limit < 1:
-        raise QueryError("--limit must be at least 1")
-    return hits_json(store.search(query, min(limit, MAX_SEARCH_LIMIT)))
-
-
 def hits_json(hits: list[Hit]) -> dict[str, Any]:
     return {"hits": [
         {"path": h.path, "title": h.title, "score": round(h.score, 4),

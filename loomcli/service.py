@@ -73,7 +73,7 @@ class Corpus:
     def search(self, query: str, limit: int = 10,
                excerpt_chars: int | None = DEFAULT_EXCERPT_CHARS) -> dict[str, Any]:
         from loomcli.excerpt import excerpt
-        from loomcli.reading import MAX_SEARCH_LIMIT, plain
+        from loomcli.reading import MAX_SEARCH_LIMIT, hits_json
 
         if not isinstance(query, str):
             raise QueryError("query must be a string")
@@ -81,10 +81,8 @@ class Corpus:
         store = self.store()
         try:
             hits = store.search(query, limit)
-            out = []
-            for h in hits:
-                item: dict[str, Any] = {"path": h.path, "title": h.title,
-                                        "score": round(h.score, 4), "snippet": plain(h.snippet)}
+            out = hits_json(hits)["hits"]
+            for h, item in zip(hits, out, strict=True):
                 row = store.file(h.file_id)
                 item["content_len"] = row.content_len
                 if excerpt_chars:
@@ -93,7 +91,6 @@ class Corpus:
                     part = excerpt(text, query, chars, min(1200, chars // 4))
                     item["content"] = part.text
                     item["truncated"] = part.cut
-                out.append(item)
             return {"hits": out}
         finally:
             store.close()

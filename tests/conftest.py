@@ -30,6 +30,17 @@ def notes(tmp_path: Path) -> Path:
     return dest
 
 
+@pytest.fixture
+def scanned_notes(notes: Path) -> Path:
+    """fixtures/notes copied and indexed by a real `loom scan`."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "loomcli", "scan", str(notes)], check=True,
+                   capture_output=True)
+    return notes
+
+
 def write(path: Path, text: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(text, bytes):

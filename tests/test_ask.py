@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,18 +16,15 @@ from loomcli import ask, config
 from loomcli.extract import Extracted
 from loomcli.store import Store
 
-from .conftest import FIXTURES, write
+from .conftest import write
 from .llm_server import FakeLLM
 
 LOOM = [sys.executable, "-m", "loomcli"]
 
 
 @pytest.fixture
-def indexed(tmp_path, loom_home):
-    notes = tmp_path / "notes"
-    shutil.copytree(FIXTURES / "notes", notes)
-    subprocess.run([*LOOM, "scan", str(notes)], check=True, capture_output=True)
-    return notes
+def indexed(scanned_notes):
+    return scanned_notes
 
 
 @pytest.fixture

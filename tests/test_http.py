@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import urllib.error
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FIXTURES, write
+from .conftest import write
 from .llm_server import FakeLLM
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -49,21 +48,14 @@ class Server:
 
 
 @pytest.fixture
-def notes(tmp_path, loom_home):
-    folder = tmp_path / "notes"
-    shutil.copytree(FIXTURES / "notes", folder)
-    subprocess.run([*LOOM, "scan", str(folder)], check=True, capture_output=True)
-    return folder
-
-
-@pytest.fixture
-def server(notes):
+def server(scanned_notes):
     s = Server()
     yield s
     s.stop()
 
 
-def test_every_endpoint(server, notes, loom_home):
+def test_every_endpoint(server, scanned_notes, loom_home):
+    notes = scanned_notes
     assert server.call("GET", "/healthz") == (200, {"ok": True, "version": "0.1.0"})
     status, files = server.call("GET", "/files")
     assert status == 200 and len(files["files"]) == 9
@@ -106,7 +98,7 @@ def test_errors_are_json_with_4xx_5xx(server):
     assert status == 500 and "no LLM model configured" in body["error"]
 
 
-def test_token_required_when_set(notes):
+def test_token_required_when_set(scanned_notes):
     s = Server(env={"LOOM_HTTP_TOKEN": "s3cret"})
     try:
         assert s.call("GET", "/healthz")[0] == 401
@@ -118,7 +110,7 @@ def test_token_required_when_set(notes):
         s.stop()
 
 
-def test_non_loopback_host_without_token_is_refused_at_start(notes):
+def test_non_loopback_host_without_token_is_refused_at_start(scanned_notes):
     env = {k: v for k, v in os.environ.items() if k != "LOOM_HTTP_TOKEN"}
     proc = subprocess.run([*LOOM, "serve", "--host", "0.0.0.0", "--port", "0"],
                           capture_output=True, text=True, env=env, timeout=30)
