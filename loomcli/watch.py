@@ -70,7 +70,7 @@ class Watcher:
         if root.is_dir():
             if root in self.missing:
                 self.missing.discard(root)
-                self.warn(f"{root} is back; rescanning it")
+                self.warn(f"{root} is back; rescanning it")  # (at the first wake-up)
             return True
         if root not in self.missing:
             self.missing.add(root)
@@ -97,10 +97,8 @@ class Watcher:
         config_path = self.load_config().path
         self.scan(self.roots, initial=True)
         while not self.stop.is_set():
-            back = [r for r in self.roots if r in self.missing and r.is_dir()]
+            # A returned root is announced here and rescanned at the watcher's first wake.
             watched = [str(r) for r in self.roots if self._present(r)]
-            if back:
-                self.scan(back)
             if config_path.parent.is_dir():
                 watched.append(str(config_path.parent))
             if not watched:
