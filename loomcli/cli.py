@@ -470,6 +470,12 @@ def main() -> NoReturn:
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         sys.exit(int(Exit.INTERRUPTED))
+    except Exception as exc:  # a bug or the system (disk full…): one line, not a traceback
+        if os.environ.get("LOOM_DEBUG"):
+            raise
+        _err(f"internal error: {type(exc).__name__}: {exc} — rerun with LOOM_DEBUG=1 for "
+             "the traceback and report it")
+        sys.exit(int(Exit.ERROR))
     sys.exit(0)
 
 

@@ -33,6 +33,8 @@ class Discovery:
     files: list[FileRef] = field(default_factory=list)
     # Folders that could not be listed: files indexed under them are kept, not removed.
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    # Names that are not valid UTF-8 (shown with U+FFFD): cannot be stored or shown.
+    bad_names: list[str] = field(default_factory=list)
 
 
 def kind_of(name: str, extensions: frozenset[str]) -> str | None:
@@ -94,6 +96,12 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
     for entry in entries:
         name = entry.name
         if name.startswith("."):
+            continue
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(name).decode("utf-8", "replace")
+            found.bad_names.append(f"{rel_dir}{shown}")
             continue
         try:
             if entry.is_symlink():

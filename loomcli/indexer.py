@@ -198,6 +198,9 @@ class Indexer:
                         report.skipped += 1
                     continue
                 todo.append(_Todo(root, ref, row))
+            for shown in disc.bad_names:
+                self._fail(report, store.display_path(root.id, shown),
+                           "file name is not valid UTF-8; rename it to index it")
             for rel, where in disc.unreadable:
                 report.failed += 1
                 report.errors.append({"path": store.display_path(root.id, rel),

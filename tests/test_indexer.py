@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,15 @@ def test_unreadable_folder_is_reported_and_its_files_kept(notes):
     finally:
         (notes / "journal").chmod(0o755)
     assert report["removed"] == 0 and report["failed"] == 1
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse such names")
+def test_file_name_that_is_not_utf8_fails_with_a_reason_and_the_rest_is_indexed(notes):
+    with open(os.fsencode(notes) + b"/caf\xe9-latin1-name.md", "wb") as fh:
+        fh.write(b"# Name\nhello\n")
+    write(notes / "empty.md", "")
+    report = run(notes)
+    assert counts(report) == (10, 0, 0, 0, 0, 1)
+    assert report["errors"] == [{"path": "caf\ufffd-latin1-name.md",
+                                 "error": "file name is not valid UTF-8; rename it to index it"}]
+    assert "empty.md" in indexed()
