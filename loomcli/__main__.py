@@ -1,3 +1,5 @@
 from loomcli.cli import main
 
-main()
+# Guarded: with the spawn start method (macOS, Windows) PDF workers re-import __main__.
+if __name__ == "__main__":
+    main()
