@@ -215,6 +215,17 @@ def scan(
 
 
 @app.command()
+def forget(
+    folder: Annotated[str, typer.Argument(help="An indexed folder (path or root name).")],
+) -> None:
+    """Drop a folder and everything indexed under it from the index (files stay on disk)."""
+    from loomcli import indexer
+
+    removed = indexer.forget(_store(_config()), folder)
+    typer.echo(f"forgot {folder}: removed {removed} files from the index")
+
+
+@app.command()
 def search(
     query: Annotated[list[str], typer.Argument(help="Words to look for (any text).")],
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=500,

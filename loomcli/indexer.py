@@ -9,6 +9,7 @@ next scan completes the work.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -70,6 +71,10 @@ def resolve_roots(config: Config, store: Store | None, dirs: Sequence[str | Path
         chosen = config.notes_dirs
     elif store is not None and store.roots():
         chosen = [Path(r.path) for r in store.roots()]
+        for root in chosen:
+            if not root.is_dir():
+                raise RootError(f"indexed folder {root} does not exist any more",
+                                f"restore it, or drop it from the index: loom forget {root}")
     else:
         raise RootError("no folder to scan",
                         "run `loom scan DIR`, or set notes_dirs in the config (`loom init`)")
@@ -79,6 +84,21 @@ def resolve_roots(config: Config, store: Store | None, dirs: Sequence[str | Path
         if path not in resolved:
             resolved.append(path)
     return resolved
+
+
+def forget(store: Store, folder: str | Path) -> int:
+    """Drop a root and everything indexed under it; returns how many files went."""
+    wanted = Path(os.path.expanduser(folder))
+    candidates = {str(wanted), str(wanted.absolute())}
+    if wanted.exists():
+        candidates.add(str(wanted.resolve()))
+    root = next((r for r in store.roots() if r.path in candidates or r.name == str(folder)),
+                None)
+    if root is None:
+        names = ", ".join(r.path for r in store.roots()) or "none"
+        raise RootError(f"{folder} is not an indexed folder", f"indexed folders: {names}")
+    with write_lock(store.path), store.transaction():
+        return store.remove_root(root.id)
 
 
 @contextmanager

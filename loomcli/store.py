@@ -265,6 +265,15 @@ class Store:
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
 
+    def remove_root(self, root_id: int) -> int:
+        ids = [r[0] for r in self.conn.execute("SELECT id FROM files WHERE root_id = ?",
+                                               (root_id,))]
+        for file_id in ids:
+            self.remove(file_id)
+        self.conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))
+        self._roots = None
+        return len(ids)
+
     def begin_scan(self, roots: list[str]) -> int:
         cur = self.conn.execute("INSERT INTO scans (started_at, roots) VALUES (?, ?)",
                                 (time.time(), json.dumps(roots)))

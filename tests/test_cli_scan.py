@@ -205,3 +205,21 @@ def test_two_scans_at_once_one_waits_and_searches_never_block(tmp_path, loom_hom
     r1, r2 = json.loads(out1), json.loads(out2)
     assert r1["added"] == 24 and r2["skipped"] == 24 and r2["added"] == 0
     check_consistent(db)
+
+
+def test_a_deleted_root_is_named_and_can_be_forgotten(notes, tmp_path):
+    other = tmp_path / "other"
+    write(other / "x.md", "# Other\nhello\n")
+    loom("scan", str(notes))
+    loom("scan", str(other))
+    import shutil
+
+    shutil.rmtree(notes)
+    proc = loom("scan", check=2)
+    assert proc.stderr == (f"loom: indexed folder {notes} does not exist any more — restore "
+                           f"it, or drop it from the index: loom forget {notes}\n")
+    assert loom("forget", str(notes)).stdout == f"forgot {notes}: removed 9 files from the " \
+                                                  "index\n"
+    assert json.loads(loom("scan", "--json").stdout)["skipped"] == 1
+    assert loom("files").stdout == "x.md\n"  # one root left: no prefix
+    assert "not an indexed folder" in loom("forget", "nope", check=2).stderr
