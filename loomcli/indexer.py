@@ -356,7 +356,8 @@ class Indexer:
 def scan(store: Store, config: Config, dirs: Sequence[str | Path] = (), *, force: bool = False,
          progress: Progress | None = None, on_wait: Callable[[str], None] | None = None
          ) -> ScanReport:
-    """The one scan entry point for the CLI, MCP, HTTP and watch."""
+    """Resolve the roots, then scan them (MCP and HTTP). The CLI resolves the roots before
+    it opens the index, so a bad folder leaves no file behind; watch adds on_change."""
     roots = resolve_roots(config, store, dirs)
     return Indexer(store, config, progress=progress, on_wait=on_wait).scan(roots, force=force)
 

@@ -134,9 +134,7 @@ class Corpus:
 
         store = self.store(create=True)
         try:
-            roots = indexer.resolve_roots(self.config, store, self.roots or [])
-            report = indexer.Indexer(store, self.config).scan(roots, force=bool(force))
-            return report.to_dict()
+            return indexer.scan(store, self.config, self.roots or [], force=bool(force)).to_dict()
         finally:
             store.close()
 
