@@ -130,10 +130,6 @@ def compile_pattern(pattern: str, case_sensitive: bool = False) -> Any:
         raise QueryError(f"invalid pattern {pattern!r}: {exc.reason}") from None
 
 
-def _glob_filter(globs: Sequence[str]) -> list[ignore.Pattern]:
-    return ignore.parse_lines(globs, source="--glob")
-
-
 def _selected(path: str, globs: list[ignore.Pattern]) -> bool:
     """ripgrep's --glob: include what a glob matches, exclude what a `!glob` matches;
     with only exclusions, everything else is included. The last matching glob wins."""
@@ -215,7 +211,7 @@ def grep(store: Store, pattern: str, *, path: str | None = None,
     regex = compile_pattern(pattern, case_sensitive)
     limit = max(1, min(limit, MAX_LIMIT))
     context = max(0, min(context, MAX_CONTEXT))
-    glob_patterns = _glob_filter(globs)
+    glob_patterns = ignore.parse_lines(globs, source="--glob")
     file_ids: list[int] | None = None
     if path is not None:
         file_ids = [store.resolve(path).id]
