@@ -222,9 +222,8 @@ class Indexer:
                 self._fail(report, store.display_path(root.id, shown),
                            "file name is not valid UTF-8; rename it to index it")
             for rel, where in disc.unreadable:
-                report.failed += 1
-                report.errors.append({"path": store.display_path(root.id, rel),
-                                      "error": f"cannot list folder: {where}"})
+                self._fail(report, store.display_path(root.id, rel),
+                           f"cannot list folder: {where}")
                 prefix = "" if rel == "." else rel + "/"
                 existing = {k: v for k, v in existing.items() if not k.startswith(prefix)}
             for row in existing.values():

@@ -83,8 +83,7 @@ class Corpus:
             hits = store.search(query, limit)
             out = hits_json(hits)["hits"]
             for h, item in zip(hits, out, strict=True):
-                row = store.file(h.file_id)
-                item["content_len"] = row.content_len
+                item["content_len"] = h.content_len
                 if excerpt_chars:
                     chars = max(200, min(int(excerpt_chars), MAX_EXCERPT_CHARS))
                     text = store.text_bytes(h.file_id).decode("utf-8", "replace")

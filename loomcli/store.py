@@ -55,6 +55,7 @@ class Hit:
     score: float
     snippet: str
     file_id: int
+    content_len: int  # bytes of the whole extracted text
 
 
 @dataclass
@@ -309,10 +310,11 @@ class Store:
                 break
         hits = []
         for file_id, score, snippet in rows:
-            meta = self.conn.execute("SELECT root_id, relpath, title FROM files WHERE id = ?",
-                                     (file_id,)).fetchone()
+            meta = self.conn.execute(
+                "SELECT root_id, relpath, title, content_len FROM files WHERE id = ?",
+                (file_id,)).fetchone()
             hits.append(Hit(self.display_path(meta[0], meta[1]), meta[2], float(score),
-                            " ".join(snippet.split()), file_id))
+                            " ".join(snippet.split()), file_id, meta[3]))
         return hits
 
     def list_files(self) -> list[FileInfo]:
