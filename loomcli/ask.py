@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomcli.config import Config
 from loomcli.excerpt import STOPWORDS, excerpt
 from loomcli.providers import Provider
 from loomcli.store import Store
@@ -23,7 +22,6 @@ add facts from elsewhere. Each note starts with a line "## [path] title". Cite e
 note you use by writing its path in square brackets, exactly as given, e.g. [notes/a.md]. \
 If the notes do not contain the answer, say so plainly instead of guessing. Parts of long \
 notes are left out where you see [...]. Reply in the language of the question."""
-MAX_TOP_K = 50
 _CITATION = re.compile(r"\[([^\[\]\n]{1,400})\]")
 
 
@@ -72,7 +70,6 @@ def question_block(question: str) -> str:
 def build_prompt(store: Store, question: str, *, top_k: int, budget: int, head_chars: int
                  ) -> Prompt | None:
     """The prompt for `question`, or None when no indexed file matches it."""
-    top_k = max(1, min(top_k, MAX_TOP_K))
     hits = store.search(retrieval_query(question), top_k * 2, operator="OR")
     blocks: list[str] = []
     used: list[UsedFile] = []
@@ -112,19 +109,13 @@ def citations(answer: str, used: list[UsedFile]) -> list[str]:
     return out
 
 
-def ask(store: Store, cfg: Config, question: str, provider: Provider, *,
-        top_k: int | None = None, on_text: Callable[[str], None] | None = None
-        ) -> Answer | None:
-    """One call to the LLM; None when nothing matches (and nothing is called)."""
-    prompt = build_prompt(store, question, top_k=top_k or cfg.get("ask.top_k"),
-                          budget=cfg.get("ask.file_budget_chars"),
-                          head_chars=cfg.get("ask.head_chars"))
-    if prompt is None:
-        return None
+def answer(prompt: Prompt, provider: Provider,
+           on_text: Callable[[str], None] | None = None) -> Answer:
+    """Send the prompt in one call; stream the answer's pieces to on_text."""
     pieces: list[str] = []
     for piece in provider.stream(prompt.system, prompt.user):
         pieces.append(piece)
         if on_text:
             on_text(piece)
-    answer = "".join(pieces)
-    return Answer(answer, citations(answer, prompt.used), prompt.used)
+    text = "".join(pieces)
+    return Answer(text, citations(text, prompt.used), prompt.used)

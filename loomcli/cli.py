@@ -18,8 +18,7 @@ from loomcli import __version__
 from loomcli.errors import Exit, LoomError
 
 if TYPE_CHECKING:
-    from loomcli.config import Config
-    from loomcli.store import Store
+    from loomcli.operations import Corpus
 
 app = typer.Typer(
     name="loom",
@@ -43,7 +42,7 @@ class State:
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"loom {__version__}")
+        _out(f"loom {__version__}")
         raise typer.Exit()
 
 
@@ -61,33 +60,32 @@ def _root(
 
 # -- helpers ---------------------------------------------------------------------------
 
-def _config() -> Config:
+def _corpus() -> Corpus:
+    """The configured corpus; the config's warnings (unknown keys) go to stderr once."""
     from loomcli import config
+    from loomcli.operations import Corpus
 
-    return config.load(State.config_override)
-
-
-def _store(cfg: Config, *, create: bool = False) -> Store:
-    from loomcli.store import Store
-
-    return Store.open(cfg.db_path, create=create)
+    cfg = config.load(State.config_override)
+    for warning in cfg.warnings:
+        _err(f"warning: {warning}")
+    return Corpus(cfg)
 
 
-def _existing_store(cfg: Config) -> Store | None:
-    return _store(cfg) if cfg.db_path.exists() else None
+class _StdoutClosed(Exception):
+    """The reader of stdout went away (`loom files | head -1`)."""
 
 
-def _roots_and_store(dirs: list[Path] | None) -> tuple[Config, list[Path], Store]:
-    """The folders to scan or watch (checked before anything is written), and the index."""
-    from loomcli import indexer
-
-    cfg = _config()
-    roots = indexer.resolve_roots(cfg, None if dirs else _existing_store(cfg), dirs or [])
-    return cfg, roots, _store(cfg, create=True)
+def _out(text: str, end: str = "\n") -> None:
+    """Data to stdout. A closed pipe stops the command quietly, as it stops grep."""
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise _StdoutClosed from None
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    _out(json.dumps(data, ensure_ascii=False, indent=2))
 
 
 def _err(message: str) -> None:
@@ -95,11 +93,11 @@ def _err(message: str) -> None:
 
 
 def _highlight(snippet: str) -> str:
-    from loomcli.store import SNIPPET_END, SNIPPET_START
+    from loomcli.store import SNIPPET_END, SNIPPET_START, plain_snippet
 
     if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
         return snippet.replace(SNIPPET_START, "\x1b[1m").replace(SNIPPET_END, "\x1b[0m")
-    return snippet.replace(SNIPPET_START, "").replace(SNIPPET_END, "")
+    return plain_snippet(snippet)
 
 
 class _ProgressBar:
@@ -135,20 +133,18 @@ class _ProgressBar:
 
 @app.command()
 def init(
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing config.")
-                     ] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Add the starter keys missing from an existing config (keeps "
+        "every key, value and comment you have).")] = False,
 ) -> None:
     """Write a starting config.toml (not needed for `loom scan DIR`)."""
-    from loomcli import config, paths
+    from loomcli import config
 
-    path = paths.config_path(State.config_override)
-    if path.exists() and not force:
-        cfg = config.load(State.config_override)  # validates it
-        typer.echo(f"config already exists: {cfg.path} (use --force to start over)")
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(config.STARTER, encoding="utf-8")
-    typer.echo(f"wrote {path}")
+    path, added = config.init(State.config_override, force=force)
+    if added is None:
+        _out(f"wrote {path}")
+    else:
+        _out(f"{path}: added {', '.join(added) if added else 'nothing (complete)'}")
 
 
 @config_app.command("path")
@@ -156,16 +152,16 @@ def config_path() -> None:
     """Print where the config file is (or would be)."""
     from loomcli import paths
 
-    typer.echo(str(paths.config_path(State.config_override)))
+    _out(str(paths.config_path(State.config_override)))
 
 
 @config_app.command("get")
 def config_get(key: Annotated[str, typer.Argument(help="Dotted key, e.g. ask.top_k")]) -> None:
     """Print one key's value (its default when unset)."""
-    value = _config().get(key)
+    value = _corpus().config.get(key)
     if value is None:
         raise LoomError(f"{key} is not set")
-    typer.echo(json.dumps(value) if not isinstance(value, str) else value)
+    _out(json.dumps(value) if not isinstance(value, str) else value)
 
 
 @config_app.command("set")
@@ -173,17 +169,13 @@ def config_set(
     key: Annotated[str, typer.Argument(help="Dotted key, e.g. llm.model")],
     value: Annotated[str, typer.Argument(help="A TOML value (5, true, [\"a\"]) or text")],
 ) -> None:
-    """Set one key, keeping every other key of the file as it was."""
-    import tomllib
+    """Set one key, keeping every other key and comment of the file as it was."""
+    from loomcli import config
 
-    try:
-        parsed = tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        parsed = value
-    cfg = _config()
+    cfg = _corpus().config
+    parsed = config.parse_value(value)
     cfg.set(key, parsed)
-    cfg.save()
-    typer.echo(f"{key} = {json.dumps(parsed, ensure_ascii=False)}  ({cfg.path})")
+    _out(f"{key} = {json.dumps(parsed, ensure_ascii=False)}  ({cfg.path})")
 
 
 @app.command()
@@ -197,10 +189,9 @@ def scan(
     """Index folders of notes and PDFs (incremental)."""
     from loomcli import indexer
 
-    cfg, roots, store = _roots_and_store(dirs)
     bar = _ProgressBar()
     try:
-        report = indexer.Indexer(store, cfg, progress=bar, on_wait=_err).scan(roots, force=force)
+        report = _corpus().scan(dirs or [], force=force, progress=bar, on_wait=_err)
     finally:
         bar.clear()
     if as_json:
@@ -208,10 +199,8 @@ def scan(
     else:
         for e in report.errors:
             _err(f"failed: {e['path']}: {e['error']}")
-        typer.echo(report.summary())
+        _out(report.summary())
     raise typer.Exit(indexer.exit_code(report))
-
-
 
 
 @app.command()
@@ -219,33 +208,30 @@ def forget(
     folder: Annotated[str, typer.Argument(help="An indexed folder (path or root name).")],
 ) -> None:
     """Drop a folder and everything indexed under it from the index (files stay on disk)."""
-    from loomcli import indexer
-
-    removed = indexer.forget(_store(_config()), folder)
-    typer.echo(f"forgot {folder}: removed {removed} files from the index")
+    removed = _corpus().forget(folder)
+    _out(f"forgot {folder}: removed {removed} files from the index")
 
 
 @app.command()
 def search(
     query: Annotated[list[str], typer.Argument(help="Words to look for (any text).")],
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=500,
-                                       help="Most hits to show.")] = 10,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", help="Most hits to show (default 10, at most 500).",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Rank files by relevance (BM25) to the query."""
-    from loomcli import reading
-
-    hits = _store(_config()).search(" ".join(query), limit)
+    result = _corpus().search(" ".join(query), limit)
     if as_json:
-        _print_json(reading.hits_json(hits))
+        _print_json(result.to_dict())
     else:
-        for h in hits:
-            typer.echo(f"{h.path}  [{h.score:.2f}]  {h.title}")
+        for h in result.hits:
+            _out(f"{h.path}  [{h.score:.2f}]  {h.title}")
             if h.snippet:
-                typer.echo(f"    {_highlight(h.snippet)}")
-        if not hits:
+                _out(f"    {_highlight(h.snippet)}")
+        if not result.hits:
             _err("no matches")
-    raise typer.Exit(0 if hits else 1)
+    raise typer.Exit(0 if result.hits else 1)
 
 
 @app.command("files")
@@ -255,34 +241,30 @@ def files_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """List the indexed files."""
-    from loomcli import reading
-
-    data = reading.list_files(_store(_config()))
+    result = _corpus().files()
     if as_json:
-        _print_json(data)
+        _print_json(result.to_dict())
         return
-    for f in data["files"]:
+    for f in result.files:
         if long:
-            typer.echo(f"{f['kind']:<4} {f['content_len']:>9}  {f['path']}  {f['title']}")
+            _out(f"{f.kind:<4} {f.content_len:>9}  {f.path}  {f.title}")
         else:
-            typer.echo(f["path"])
+            _out(f.path)
 
 
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
     """Show where config and index live, the roots, counts and the last scan."""
-    from loomcli import reading
-
-    cfg = _config()
-    data = reading.status(_existing_store(cfg), str(cfg.path), str(cfg.db_path))
+    st = _corpus().status()
+    data = st.to_dict()
     if as_json:
         _print_json(data)
         return
-    typer.echo(f"config: {data['config']}{'' if cfg.exists else ' (none; defaults in use)'}")
-    typer.echo(f"index:  {data['index']} ({data['index_bytes'] / 1e6:.1f} MB)")
+    _out(f"config: {st.config}{'' if st.config_exists else ' (none; defaults in use)'}")
+    _out(f"index:  {st.index} ({data['index_bytes'] / 1e6:.1f} MB)")
     for r in data["roots"]:
-        typer.echo(f"root:   {r['name']} = {r['path']}")
-    typer.echo(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs), "
+        _out(f"root:   {r['name']} = {r['path']}")
+    _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs), "
                f"{data['failed']} failed, {data['text_bytes'] / 1e6:.1f} MB of text")
     last = data["last_scan"]
     if last:
@@ -290,31 +272,27 @@ def status(as_json: JsonOpt = False) -> None:
 
         when = dt.datetime.fromtimestamp(last["finished_at"]).isoformat(" ", "seconds")
         rep = last["report"] or {}
-        typer.echo(f"last scan: {when}: added {rep.get('added', 0)}, updated "
+        _out(f"last scan: {when}: added {rep.get('added', 0)}, updated "
                    f"{rep.get('updated', 0)}, moved {rep.get('moved', 0)}, removed "
                    f"{rep.get('removed', 0)}, failed {rep.get('failed', 0)}")
     elif not data["roots"]:
-        typer.echo("no index yet: run `loom scan DIR`")
+        _out("no index yet: run `loom scan DIR`")
 
 
 @app.command()
 def get(
     path: Annotated[str, typer.Argument(help="A path as `loom files` shows it.")],
-    offset: Annotated[int, typer.Option("--offset", min=0, help="Start byte.")] = 0,
-    length: Annotated[int | None, typer.Option("--length", min=0, help="Bytes to read.")
-                      ] = None,
+    offset: Annotated[int, typer.Option("--offset", help="Start byte.")] = 0,
+    length: Annotated[int | None, typer.Option("--length", help="Bytes to read.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a file's extracted text, or a byte range of it."""
-    from loomcli import reading
-
-    data = reading.get_range(_store(_config()), path, offset, length)
+    got = _corpus().get(path, offset, length)
     if as_json:
-        _print_json(data)
+        _print_json(got.to_dict())
     else:
-        sys.stdout.write(data["content"])
-        if data["content"] and not data["content"].endswith("\n") and sys.stdout.isatty():
-            sys.stdout.write("\n")
+        newline = got.content and not got.content.endswith("\n") and sys.stdout.isatty()
+        _out(got.content, end="\n" if newline else "")
 
 
 @app.command()
@@ -325,19 +303,19 @@ def grep(
     glob: Annotated[list[str] | None, typer.Option(
         "--glob", "-g", help="Only files whose path matches (gitignore-style glob; "
         "!GLOB excludes). Repeatable.")] = None,
-    context: Annotated[int, typer.Option("--context", "-C", min=0, max=50,
-                                         help="Lines of context around each match.")] = 0,
+    context: Annotated[int, typer.Option("--context", "-C",
+                                         help="Lines of context around each match (at most "
+                                         "50).")] = 0,
     case_sensitive: Annotated[bool, typer.Option(
         "--case-sensitive", "-s", help="Match case exactly (default: ignore case).")] = False,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1,
-                                       help="Most matching lines (at most 500).")] = 50,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", help="Most matching lines (default 50, at most 500).",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Find exact strings and patterns (RE2): path, line, byte offset, page."""
-    from loomcli import grep as grep_mod
-
-    result = grep_mod.grep(_store(_config()), pattern, path=path, globs=glob or [],
-                           context=context, case_sensitive=case_sensitive, limit=limit)
+    result = _corpus().grep(pattern, path=path, globs=glob, context=context,
+                            case_sensitive=case_sensitive, limit=limit)
     if as_json:
         _print_json(result.to_dict())
     else:
@@ -350,7 +328,7 @@ def grep(
             if context:
                 out.append("--")
         if out:
-            sys.stdout.write("\n".join(out[:-1] if context else out) + "\n")
+            _out("\n".join(out[:-1] if context else out))
         if result.truncated:
             _err(f"stopped after {len(result.matches)} matching lines; use --limit "
                  "(at most 500) or narrow with --path/--glob")
@@ -360,40 +338,31 @@ def grep(
 @app.command()
 def ask(
     question: Annotated[list[str], typer.Argument(help="The question, in any language.")],
-    top_k: Annotated[int | None, typer.Option("--top-k", "-k", min=1, max=50,
-                                              help="Files to send (default [ask] top_k).")
-                     ] = None,
+    top_k: Annotated[int | None, typer.Option(
+        "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
+        show_default=False)] = None,
     show_context: Annotated[bool, typer.Option(
         "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
-    from loomcli import ask as ask_mod
-    from loomcli import providers
-
-    cfg = _config()
-    store = _store(cfg)
+    corpus = _corpus()
     text = " ".join(question).strip()
     if not text:
         raise LoomError("the question is empty", 'ask something: loom ask "…"')
     if show_context:
-        prompt = ask_mod.build_prompt(store, text, top_k=top_k or cfg.get("ask.top_k"),
-                                      budget=cfg.get("ask.file_budget_chars"),
-                                      head_chars=cfg.get("ask.head_chars"))
+        prompt = corpus.prompt(text, top_k)
         if prompt is None:
             _err("no indexed file matches the question; nothing would be sent")
             raise typer.Exit(1)
-        sys.stdout.write(prompt.render())
+        _out(prompt.render(), end="")
         return
-    provider = providers.from_config(cfg)
 
     def stream(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+        _out(piece, end="")
 
-    result = ask_mod.ask(store, cfg, text, provider, top_k=top_k,
-                         on_text=None if as_json else stream)
-    if result is None:
+    result = corpus.ask(text, top_k, on_text=None if as_json else stream)
+    if not result.used:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         raise typer.Exit(1)
     if as_json:
@@ -405,7 +374,7 @@ def ask(
         lines += [f"  [{p}] {titles[p]}" for p in result.citations]
     else:
         lines.append("  (none cited) sent: " + ", ".join(u.path for u in result.used))
-    sys.stdout.write("\n".join(lines) + "\n")
+    _out("\n".join(lines))
 
 
 @app.command()
@@ -413,7 +382,7 @@ def mcp() -> None:
     """Serve loom's tools to an agent over MCP on stdio (Claude Desktop, Claude Code, Codex)."""
     from loomcli import mcp_server
 
-    _config()  # a broken config fails here, in the terminal, not inside the agent
+    _corpus()  # a broken config fails here, in the terminal, not inside the agent
     mcp_server.run(State.config_override)
 
 
@@ -427,9 +396,10 @@ def serve(
     ] = None,
 ) -> None:
     """Serve loom's operations as JSON over HTTP."""
-    from loomcli import http_server
+    from loomcli import config, http_server
 
-    http_server.serve(_config, host, port, corpus_root)
+    _corpus()  # a broken config fails here, at start; its warnings are shown once
+    http_server.serve(lambda: config.load(State.config_override), host, port, corpus_root)
 
 
 @app.command()
@@ -440,9 +410,8 @@ def watch(
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
 ) -> None:
     """Scan, then keep the index current as files change (Ctrl-C to stop)."""
+    from loomcli import config
     from loomcli import watch as watch_mod
-
-    _, roots, store = _roots_and_store(dirs)
 
     def emit(event: dict[str, Any]) -> None:
         if event["change"] == "failed":
@@ -453,41 +422,69 @@ def watch(
             r = event["report"]
             line = (f"scanned: added {r['added']}, updated {r['updated']}, moved "
                     f"{r['moved']}, removed {r['removed']}, skipped {r['skipped']}, failed "
-                    f"{r['failed']}; watching {len(roots)} folder(s), Ctrl-C to stop")
+                    f"{r['failed']}; watching {event['roots']} folder(s), Ctrl-C to stop")
         elif event["change"] == "moved":
             line = f"moved {event['from']} -> {event['path']}"
         elif event["change"] == "failed":
             return
         else:
             line = f"{event['change']} {event['path']}"
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        _out(line)
 
-    watch_mod.watch(store, lambda: _config(), roots, emit, _err)
+    _corpus()  # a broken config fails here; its warnings are shown once
+    watch_mod.watch(lambda: config.load(State.config_override), dirs or [], emit, _err)
 
 
 # -- entry point -----------------------------------------------------------------------
 
+def _usage_line(exc: Any) -> str:
+    """click's usage error as loom's one line: what is wrong — where to look."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    command = exc.ctx.command_path if exc.ctx is not None else "loom"
+    return f"{message} — try {command} --help"
+
+
 def main() -> NoReturn:
-    """Run the app; translate a LoomError into one `loom: …` line and its exit code."""
+    """Run the app; every error becomes one `loom: …` line on stderr and an exit code."""
     try:
-        app()  # typer exits by itself: usage errors 2, Ctrl-C 130
+        from typer._click import exceptions as click_errors
+    except ImportError:  # a typer that uses the click package itself
+        from click import exceptions as click_errors  # type: ignore[no-redef]
+    code: Any = 0
+    try:
+        code = app(prog_name="loom", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        sys.stdout.write(exc.format_message() + "\n")
+        code = Exit.ERROR
+    except click_errors.UsageError as exc:
+        _err(_usage_line(exc))
+        code = Exit.ERROR
+    except click_errors.ClickException as exc:
+        _err(exc.format_message())
+        code = exc.exit_code
+    except typer.Abort:
+        code = Exit.INTERRUPTED
     except LoomError as exc:
         if os.environ.get("LOOM_DEBUG"):
             import traceback
 
             traceback.print_exc()
         _err(str(exc))
-        sys.exit(int(exc.exit_code))
+        code = exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(int(Exit.INTERRUPTED))
+        code = Exit.INTERRUPTED
+    except _StdoutClosed:
+        # `loom files | head -1`: the reader has what it wanted. Like grep: silent, 0.
+        # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = Exit.OK
     except Exception as exc:  # a bug or the system (disk full…): one line, not a traceback
         if os.environ.get("LOOM_DEBUG"):
             raise
         _err(f"internal error: {type(exc).__name__}: {exc} — rerun with LOOM_DEBUG=1 for "
              "the traceback and report it")
-        sys.exit(int(Exit.ERROR))
-    sys.exit(0)
+        code = Exit.ERROR
+    sys.exit(int(code) if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"""Load, validate and save config.toml, round-tripping every key the user had.
+"""Load, validate and save config.toml, keeping every word the user wrote.
 
-The file is optional: with none, every key takes its default. Saving writes back the
-whole table that was loaded (unknown keys and `[embeddings]` included) with only the
-changed keys replaced, so a save can never silently switch a feature off.
+The file is optional: with none, every key takes its default. Reading uses the standard
+library's tomllib (fast, on every command); writing (`loom config set`, `loom init
+--force`) edits the file through tomlkit, which keeps comments, order, formatting and
+unknown keys — only the key being set changes, so a save can never silently switch a
+feature off. A value of the wrong type or shape is an error naming file and key; an
+unknown key is a warning naming the closest known one.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -41,6 +46,8 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "http.token_env": (str, "LOOM_HTTP_TOKEN"),
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
+TABLES = frozenset(key.partition(".")[0] for key in SCHEMA if "." in key)
+TOP_KEYS = frozenset(key for key in SCHEMA if "." not in key)
 
 STARTER = """\
 # loom configuration — every key is optional. See `loom --help` and the README.
@@ -84,6 +91,7 @@ class Config:
     path: Path
     raw: dict[str, Any] = field(default_factory=dict)
     exists: bool = False
+    warnings: list[str] = field(default_factory=list)  # unknown keys, for the edges to show
 
     def get(self, key: str) -> Any:
         value = _lookup(self.raw, key)
@@ -116,23 +124,47 @@ class Config:
         return frozenset(exts)
 
     def set(self, key: str, value: Any) -> None:
-        """Set a dotted key in the raw table (validated like a loaded one)."""
-        _check(self.path, key, value)
-        parts = key.split(".")
-        node = self.raw
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"{self.path}: {part!r} is not a table")
-            node = child
-        node[parts[-1]] = value
+        """Set a dotted key (validated like a loaded one) and save the file, keeping
+        every other key, comment and blank line as it was."""
+        import tomlkit
 
-    def save(self) -> None:
-        import tomli_w
+        parts = key.split(".")
+        if len(parts) > 2 or not all(parts):
+            raise ConfigError(f"{key!r} is not a config key",
+                              "keys are NAME or TABLE.NAME, e.g. ask.top_k")
+        _check(self.path, key, value)
+        if len(parts) == 2 and parts[0] in TOP_KEYS:
+            raise ConfigError(f"{self.path}: {parts[0]!r} is not a table")
+        doc = self._document()
+        node: Any = doc
+        if len(parts) == 2:
+            if parts[0] not in doc:
+                doc[parts[0]] = tomlkit.table()
+            node = doc[parts[0]]
+            if not isinstance(node, dict):
+                raise ConfigError(f"{self.path}: {parts[0]!r} is not a table",
+                                  f"make it a [{parts[0]}] table, or remove that line")
+        node[parts[-1]] = value
+        self._write(doc)
+        self.raw = tomllib.loads(tomlkit.dumps(doc))
+
+    def _document(self) -> Any:
+        import tomlkit
+
+        if not self.path.exists():
+            return tomlkit.document()
+        try:
+            return tomlkit.parse(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomlkit.exceptions.ParseError) as exc:
+            raise ConfigError(f"cannot read config {self.path}: {exc}",
+                              "fix the file, then try again") from exc
+
+    def _write(self, doc: Any) -> None:
+        import tomlkit
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(tomli_w.dumps(self.raw), encoding="utf-8")
+        tmp.write_text(tomlkit.dumps(doc), encoding="utf-8")
         os.replace(tmp, self.path)
         self.exists = True
 
@@ -164,8 +196,32 @@ def _check(path: Path, key: str, value: Any) -> None:
         raise ConfigError(
             f"{path}: key 'llm.provider' must be one of {', '.join(PROVIDERS)}, got {value!r}"
         )
-    if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
-        raise ConfigError(f"{path}: key {key!r} must be positive, got {value}")
+    if isinstance(value, int | float) and not isinstance(value, bool) and (
+            not math.isfinite(value) or value <= 0):
+        raise ConfigError(f"{path}: key {key!r} must be a positive number, got {value}")
+
+
+def _check_shape(path: Path, raw: Mapping[str, Any]) -> list[str]:
+    """Tables must be tables; returns a warning for each unknown key."""
+    warnings = []
+    for top, value in raw.items():
+        if top in TABLES:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{path}: key {top!r} must be a table ([{top}]), got "
+                                  f"{value!r}", f"write it as a [{top}] section with keys")
+            for sub in value:
+                if f"{top}.{sub}" not in SCHEMA:
+                    known = [k.partition(".")[2] for k in SCHEMA if k.startswith(top + ".")]
+                    warnings.append(_unknown(path, f"[{top}] {sub}", sub, known))
+        elif top not in TOP_KEYS:
+            warnings.append(_unknown(path, top, top, sorted(TOP_KEYS | TABLES)))
+    return warnings
+
+
+def _unknown(path: Path, shown: str, name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" — did you mean {close[0]}?" if close else " — loom does not use it"
+    return f"{path.name}: unknown key {shown}{hint}"
 
 
 def load(override: str | os.PathLike[str] | None = None) -> Config:
@@ -185,8 +241,57 @@ def load(override: str | os.PathLike[str] | None = None) -> Config:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}", "fix the file or run `loom init --force`"
                           ) from exc
+    warnings = _check_shape(path, raw)
     for key in SCHEMA:
         value = _lookup(raw, key)
         if value is not None:
             _check(path, key, value)
-    return Config(path=path, raw=raw, exists=True)
+    return Config(path=path, raw=raw, exists=True, warnings=warnings)
+
+
+def _unwrap(item: Any) -> Any:
+    return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as TOML (5, true, ["a"]); anything else is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def init(override: str | os.PathLike[str] | None = None, *, force: bool = False
+         ) -> tuple[Path, list[str] | None]:
+    """Write the starter config; with force, add to an existing one only the keys it
+    lacks (whole tables, and keys at their default value: nothing the user set changes
+    meaning). Returns the path and the dotted keys added (None: a new file was written)."""
+    import tomlkit
+
+    path = paths.config_path(override)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(STARTER, encoding="utf-8")
+        return path, None
+    if not force:
+        raise ConfigError(f"config already exists: {path}",
+                          "`loom init --force` adds the keys it lacks and keeps yours; "
+                          "`loom config set KEY VALUE` changes one")
+    cfg = load(override)  # a broken file is reported, not merged into
+    doc = cfg._document()
+    added: list[str] = []
+    for key, item in tomlkit.parse(STARTER).items():
+        if key not in doc:
+            doc[key] = item
+            added += [f"{key}.{sub}" for sub in item] if isinstance(item, dict) else [key]
+        elif isinstance(item, dict):
+            for sub, value in item.items():
+                # Into a table the user has, only keys whose starter value is the
+                # default: adding them changes nothing (an Ollama endpoint must not
+                # appear under an OpenAI provider).
+                if sub not in doc[key] and _unwrap(value) == SCHEMA[f"{key}.{sub}"][1]:
+                    doc[key][sub] = value
+                    added.append(f"{key}.{sub}")
+    if added:
+        cfg._write(doc)
+    return path, added

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loomcli import ignore
-from loomcli.errors import RootError
+from loomcli.errors import IgnorePatternError, RootError
 
 IGNORE_FILE = ".loomignore"
 
@@ -68,8 +68,11 @@ def _read_ignore_file(folder: Path, base: bytes) -> list[ignore.Pattern]:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return []
-    except PermissionError:
-        data = b""
+    except OSError as exc:
+        # Indexing on without its rules would index what the user excluded: stop instead.
+        raise IgnorePatternError(f"cannot read {path}: {exc.strerror or exc}",
+                                 "make it readable (chmod a+r) or remove it, then scan again"
+                                 ) from None
     source = (base.decode("utf-8", "replace") + IGNORE_FILE) if base else IGNORE_FILE
     return ignore.parse_file_bytes(data, source=source, base=base)
 

@@ -17,11 +17,9 @@ from typing import Any
 
 from loomcli import ignore
 from loomcli.errors import QueryError
+from loomcli.operations import GREP_LIMIT
 from loomcli.store import Store
 
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
-MAX_CONTEXT = 50
 RE2_MAX_MEM = 64 << 20
 LONG_LINE = 1000  # bytes: longer lines are trimmed around the match
 TRIM_BEFORE, TRIM_AFTER = 200, 400
@@ -206,11 +204,10 @@ def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, in
 
 def grep(store: Store, pattern: str, *, path: str | None = None,
          globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
-         limit: int = DEFAULT_LIMIT) -> GrepResult:
-    """The one grep entry point for the CLI, MCP and HTTP."""
+         limit: int = GREP_LIMIT) -> GrepResult:
+    """Matching lines of every indexed file (or one, or those the globs select), at most
+    `limit`; operations.Corpus.grep checks the arguments first."""
     regex = compile_pattern(pattern, case_sensitive)
-    limit = max(1, min(limit, MAX_LIMIT))
-    context = max(0, min(context, MAX_CONTEXT))
     glob_patterns = ignore.parse_lines(globs, source="--glob")
     file_ids: list[int] | None = None
     if path is not None:

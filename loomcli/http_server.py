@@ -30,7 +30,7 @@ from loomcli.errors import (
     QueryError,
     RootError,
 )
-from loomcli.service import DEFAULT_EXCERPT_CHARS, Corpus
+from loomcli.operations import EXCERPT_CHARS, Corpus
 
 MAX_BODY = 1 << 20
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
@@ -83,12 +83,13 @@ class App:
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         routes: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
             ("GET", "/healthz"): lambda _: {"ok": True, "version": __version__},
-            ("GET", "/files"): lambda q: self.corpus(q.get("corpus")).list_files(),
+            ("GET", "/files"): lambda q: self.corpus(q.get("corpus")).files().to_dict(),
             ("POST", "/search"): self._search,
             ("POST", "/grep"): self._grep,
             ("POST", "/file"): self._file,
             ("POST", "/ask"): self._ask,
-            ("POST", "/scan"): lambda b: self.corpus(b.get("corpus")).scan(bool(b.get("force"))),
+            ("POST", "/scan"): lambda b: self.corpus(b.get("corpus")).scan(
+                force=b.get("force", False)).to_dict(),
         }
         handler = routes.get((method, url.path))
         if handler is None:
@@ -113,22 +114,22 @@ class App:
 
     def _search(self, b: dict[str, Any]) -> dict[str, Any]:
         return self.corpus(b.get("corpus")).search(
-            self._required(b, "query"), b.get("limit", 10),
-            b.get("excerpt_chars", DEFAULT_EXCERPT_CHARS))
+            self._required(b, "query"), b.get("limit"),
+            b.get("excerpt_chars", EXCERPT_CHARS)).to_dict()
 
     def _grep(self, b: dict[str, Any]) -> dict[str, Any]:
-        globs = b.get("glob") or []
         return self.corpus(b.get("corpus")).grep(
-            self._required(b, "pattern"), b.get("path"),
-            [globs] if isinstance(globs, str) else globs, b.get("context", 0),
-            b.get("case_sensitive", False), b.get("limit", 50))
+            self._required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
+            context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
+            limit=b.get("limit")).to_dict()
 
     def _file(self, b: dict[str, Any]) -> dict[str, Any]:
-        return self.corpus(b.get("corpus")).get_file(
-            self._required(b, "path"), b.get("offset", 0), b.get("length"))
+        return self.corpus(b.get("corpus")).get(
+            self._required(b, "path"), b.get("offset", 0), b.get("length")).to_dict()
 
     def _ask(self, b: dict[str, Any]) -> dict[str, Any]:
-        return self.corpus(b.get("corpus")).ask(self._required(b, "question"), b.get("top_k"))
+        return self.corpus(b.get("corpus")).ask(
+            self._required(b, "question"), b.get("top_k")).to_dict()
 
 
 def make_handler(app: App) -> type[BaseHTTPRequestHandler]:

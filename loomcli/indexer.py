@@ -352,15 +352,6 @@ class Indexer:
         self._changed("failed", item.root.id, ref.relpath, error)
 
 
-def scan(store: Store, config: Config, dirs: Sequence[str | Path] = (), *, force: bool = False,
-         progress: Progress | None = None, on_wait: Callable[[str], None] | None = None
-         ) -> ScanReport:
-    """Resolve the roots, then scan them (MCP and HTTP). The CLI resolves the roots before
-    it opens the index, so a bad folder leaves no file behind; watch adds on_change."""
-    roots = resolve_roots(config, store, dirs)
-    return Indexer(store, config, progress=progress, on_wait=on_wait).scan(roots, force=force)
-
-
 def exit_code(report: ScanReport) -> int:
     return 1 if report.failed else 0
 

@@ -1,19 +1,19 @@
-"""`loom mcp`: the library's operations as MCP tools on stdio (official SDK, v2 API).
+"""`loom mcp`: loom's operations as MCP tools on stdio (official SDK, v2 API).
 
-Every tool is a thin call into service.Corpus, run in a worker thread so a long scan or
-LLM answer does not block the protocol. A LoomError becomes a tool error (is_error with
-loom's one-line message), never a crash and never a file.
+Every tool is a thin call into operations.Corpus, run in a worker thread so a long scan
+or LLM answer does not block the protocol, and returns the operation's result as JSON.
+A LoomError becomes a tool error (is_error with loom's one-line message), never a crash.
+No match is an empty result (no hits, no matches, an empty answer with nothing used).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from loomcli import __version__
 from loomcli.errors import LoomError
-from loomcli.service import DEFAULT_EXCERPT_CHARS, Corpus
+from loomcli.operations import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, Corpus
 
 INSTRUCTIONS = """\
 loom is the user's local memory of notes and PDFs. Use loom_search to find which files \
@@ -31,11 +31,13 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     server = MCPServer(name="loom", version=__version__, instructions=INSTRUCTIONS,
                        log_level="WARNING")
 
-    async def call(fn: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
-        corpus = corpus_factory()
+    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            result: dict[str, Any] = fn(corpus_factory(), *args, **kwargs).to_dict()
+            return result
+
         try:
-            return await anyio.to_thread.run_sync(partial(getattr(corpus, fn.__name__),
-                                                          **kwargs))
+            return await anyio.to_thread.run_sync(run)
         except LoomError as exc:
             raise ToolError(str(exc)) from None
 
@@ -44,9 +46,9 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "path, title, score, a snippet, content_len (bytes) and content: the whole text when "
         "short, else the head plus the passage best matching the query, about excerpt_chars "
         "long. Any text is a valid query. For exact codes or strings use loom_grep instead."))
-    async def loom_search(query: str, limit: int = 10,
-                          excerpt_chars: int = DEFAULT_EXCERPT_CHARS) -> dict[str, Any]:
-        return await call(Corpus.search, query=query, limit=limit, excerpt_chars=excerpt_chars)
+    async def loom_search(query: str, limit: int = SEARCH_LIMIT,
+                          excerpt_chars: int = EXCERPT_CHARS) -> dict[str, Any]:
+        return await call(Corpus.search, query, limit, excerpt_chars)
 
     @server.tool(description=(
         "Find exact strings or RE2 regular expressions (case-insensitive unless "
@@ -57,8 +59,8 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "around a hit."))
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,
                         context: int = 0, case_sensitive: bool = False,
-                        limit: int = 50) -> dict[str, Any]:
-        return await call(Corpus.grep, pattern=pattern, path=path, globs=glob or [],
+                        limit: int = GREP_LIMIT) -> dict[str, Any]:
+        return await call(Corpus.grep, pattern, path=path, globs=glob,
                           context=context, case_sensitive=case_sensitive, limit=limit)
 
     @server.tool(description=(
@@ -69,14 +71,16 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "thousand bytes around a grep offset over reading a whole long PDF."))
     async def loom_get_file(path: str, offset: int = 0,
                             length: int | None = None) -> dict[str, Any]:
-        return await call(Corpus.get_file, path=path, offset=offset, length=length)
+        return await call(Corpus.get, path, offset, length)
 
     @server.tool(description=(
         "Answer a question from the user's notes with the user's configured LLM, in one "
         "call: the top_k best files are sent as their head plus the passage that answers. "
-        "Returns answer, citations (paths the answer cites) and used (files sent)."))
-    async def loom_ask(question: str, top_k: int = 5) -> dict[str, Any]:
-        return await call(Corpus.ask, question=question, top_k=top_k)
+        "Returns answer, citations (paths the answer cites) and used (files sent); when no "
+        "file matches, nothing is sent and answer is empty. top_k defaults to the user's "
+        "[ask] top_k."))
+    async def loom_ask(question: str, top_k: int | None = None) -> dict[str, Any]:
+        return await call(Corpus.ask, question, top_k)
 
     @server.tool(description=(
         "Bring the index up to date with the folders it covers (incremental: only changed "
@@ -89,7 +93,7 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "List every indexed file: path, title, kind (note or pdf), content_len (bytes of "
         "extracted text) and indexed_at (Unix time)."))
     async def loom_list_files() -> dict[str, Any]:
-        return await call(Corpus.list_files)
+        return await call(Corpus.files)
 
     return server
 

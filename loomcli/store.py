@@ -67,6 +67,15 @@ class FileInfo:
     indexed_at: float
     file_id: int
 
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "title": self.title, "kind": self.kind,
+                "content_len": self.content_len, "indexed_at": self.indexed_at}
+
+
+def plain_snippet(snippet: str) -> str:
+    """A snippet without its highlight markers."""
+    return snippet.replace(SNIPPET_START, "").replace(SNIPPET_END, "")
+
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
@@ -115,6 +124,12 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -297,25 +312,24 @@ class Store:
 
     def search(self, query: str, limit: int, operator: str = "auto") -> list[Hit]:
         """BM25-ranked files. `auto`: all words must match, else any word may."""
-        rows: list[tuple[int, float, str]] = []
+        rows: list[sqlite3.Row] = []
         for op in (("AND", "OR") if operator == "auto" else (operator,)):
             match = quote_fts(query, op)
             if not match:
                 return []
-            rows = self.conn.execute(
-                "SELECT rowid, -rank, snippet(fts, 1, ?, ?, '…', ?) FROM fts "
-                "WHERE fts MATCH ? ORDER BY rank LIMIT ?",
-                (SNIPPET_START, SNIPPET_END, SNIPPET_TOKENS, match, limit)).fetchall()
+            cur = self.conn.execute(
+                "SELECT fts.rowid AS id, -fts.rank AS score, "
+                "snippet(fts, 1, ?, ?, '…', ?) AS snippet, f.root_id, f.relpath, f.title, "
+                "f.content_len FROM fts JOIN files f ON f.id = fts.rowid "
+                "WHERE fts MATCH ? ORDER BY fts.rank LIMIT ?",
+                (SNIPPET_START, SNIPPET_END, SNIPPET_TOKENS, match, limit))
+            cur.row_factory = sqlite3.Row
+            rows = cur.fetchall()
             if rows:
                 break
-        hits = []
-        for file_id, score, snippet in rows:
-            meta = self.conn.execute(
-                "SELECT root_id, relpath, title, content_len FROM files WHERE id = ?",
-                (file_id,)).fetchone()
-            hits.append(Hit(self.display_path(meta[0], meta[1]), meta[2], float(score),
-                            " ".join(snippet.split()), file_id, meta[3]))
-        return hits
+        return [Hit(self.display_path(r["root_id"], r["relpath"]), r["title"],
+                    float(r["score"]), " ".join(r["snippet"].split()), r["id"],
+                    r["content_len"]) for r in rows]
 
     def list_files(self) -> list[FileInfo]:
         rows = self.conn.execute(

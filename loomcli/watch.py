@@ -20,7 +20,7 @@ from typing import Any
 
 from loomcli import discover, indexer
 from loomcli.config import Config
-from loomcli.store import Store
+from loomcli.operations import Corpus
 
 DEBOUNCE_MS = 1600  # longest a batch may gather
 STEP_MS = 200  # a batch closes after this much quiet
@@ -30,7 +30,6 @@ NEW_FOLDER_RESCAN_S = 0.5  # files written into a new folder before it is watche
 
 @dataclass
 class Watcher:
-    store: Store
     load_config: Callable[[], Config]
     roots: list[Path]
     emit: Callable[[dict[str, Any]], None]  # one applied change, or a scan summary
@@ -59,11 +58,13 @@ class Watcher:
 
         self.scanning = True
         try:
-            report = indexer.Indexer(self.store, config, on_change=on_change).scan(present)
+            # Another scan holding the index is waited for, never a reason to quit.
+            report = Corpus(config).scan(present, on_change=on_change, on_wait=self.warn)
         finally:
             self.scanning = False
         if initial:
-            self.emit({"change": "scanned", "report": report.to_dict()})
+            self.emit({"change": "scanned", "roots": len(self.roots),
+                       "report": report.to_dict()})
         return report
 
     def _present(self, root: Path) -> bool:
@@ -148,11 +149,12 @@ def relevant(path: Path, root: Path, extensions: frozenset[str]) -> bool:
     return "." not in name or name.rpartition(".")[2].lower() in extensions or path.is_dir()
 
 
-def watch(store: Store, load_config: Callable[[], Config], roots: list[Path],
+def watch(load_config: Callable[[], Config], dirs: Sequence[Path],
           emit: Callable[[dict[str, Any]], None], warn: Callable[[str], None]) -> None:
     """Run until SIGINT or SIGTERM; a scan under way is rolled back (the index stays
     consistent) or finishes, and the function returns normally."""
-    w = Watcher(store, load_config, roots, emit, warn)
+    roots = Corpus(load_config()).roots_for(dirs)  # checked before anything is written
+    w = Watcher(load_config, roots, emit, warn)
 
     def on_signal(signum: int, frame: Any) -> None:
         w.stop.set()

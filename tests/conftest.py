@@ -68,3 +68,24 @@ def git_unignored(root: Path, exclude: list[str] | None = None) -> set[str]:
         env=env, cwd=root, check=True, capture_output=True,
     ).stdout
     return {p.decode() for p in out.split(b"\0") if p}
+
+
+NOBODY = 65534
+
+
+def as_user(*trees: Path) -> list[str]:
+    """A command prefix that runs as a normal user who owns `trees` (permissions mean
+    nothing to root). Empty when the tests already run as a normal user."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root and setpriv (util-linux) is missing: cannot drop "
+                    "privileges to test permissions")
+    for tree in trees:
+        for parent in tree.parents:  # let the user reach the trees
+            if parent == Path(parent.anchor):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
+        for p in [tree, *tree.rglob("*")]:
+            os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]

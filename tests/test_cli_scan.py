@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SHARED_CORPUS, write
+from .conftest import SHARED_CORPUS, as_user, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
 
@@ -50,16 +50,39 @@ def test_failures_exit_1_with_reasons_on_stderr(tmp_path):
     assert "loom: failed: scanned-receipt.pdf: PDF has no text layer" in proc.stderr
 
 
+def index_bytes(db: Path) -> bytes:
+    """The index as SQLite would read it: the main file plus its write-ahead log."""
+    wal = db.with_name(db.name + "-wal")
+    return db.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
 def test_malformed_pattern_exit_2_names_file_and_line(notes, loom_home):
     loom("scan", str(notes))
-    before = (loom_home / "index.db").read_bytes()
+    db = loom_home / "index.db"
+    before = index_bytes(db)
     (notes / "ideas.org").unlink()
     (notes / ".loomignore").write_text("# rules\n*.tmp\n[ab\n")
     proc = loom("scan", str(notes), check=2)
     assert proc.stderr.startswith('loom: .loomignore:3: invalid pattern \'[ab\': unterminated [')
     assert proc.stdout == ""
+    assert index_bytes(db) == before  # not one byte written
     assert json.loads(loom("files", "--json").stdout)["files"][0]["path"] == "ideas.org"
-    assert len(before) > 0
+
+
+def test_unreadable_loomignore_stops_the_scan(notes, loom_home):
+    loom("scan", str(notes))
+    db = loom_home / "index.db"
+    before = index_bytes(db)
+    (notes / "journal" / ".loomignore").write_text("*.md\n")
+    run_as = as_user(loom_home, notes)
+    (notes / "journal" / ".loomignore").chmod(0)
+    proc = subprocess.run([*run_as, *LOOM, "scan", str(notes)], capture_output=True,
+                          text=True, env=os.environ, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"loom: cannot read {notes / 'journal' / '.loomignore'}: Permission "
+                           "denied — make it readable (chmod a+r) or remove it, then scan "
+                           "again\n")
+    assert index_bytes(db) == before
 
 
 def test_missing_folder_and_no_index_errors_say_what_to_do(tmp_path):
@@ -81,7 +104,9 @@ def test_bad_config_names_file_and_key(notes, loom_home):
 def test_search_files_status_get_json_keys(notes):
     loom("scan", str(notes))
     hits = json.loads(loom("search", "warp", "tension", "--json").stdout)["hits"]
-    assert hits and list(hits[0]) == ["path", "title", "score", "snippet"]
+    assert hits and list(hits[0]) == ["path", "title", "score", "snippet", "content_len",
+                                      "match"]
+    assert {h["match"] for h in hits} == {"bm25"}
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:], strict=False))
     files = json.loads(loom("files", "--json").stdout)["files"]
     assert list(files[0]) == ["path", "title", "kind", "content_len", "indexed_at"]
@@ -106,28 +131,103 @@ def test_search_any_text_and_no_match_exit_1(notes):
     assert proc.stdout == "" and proc.stderr == "loom: no matches\n"
 
 
-def test_config_round_trips_every_key(loom_home):
+USER_CONFIG = """\
+# my loom setup — keep these comments
+notes_dirs = ["~/n"]   # the archive
+custom = 1
+
+[embeddings]
+enabled = true         # semantic search on
+model = "nomic"
+
+[llm]
+provider = "openai"    # a local vLLM
+model = "qwen3-coder"
+modle = "typo"
+
+[future]
+x = [1, 2]
+"""
+
+
+def test_config_set_keeps_every_key_and_comment(loom_home):
     path = loom_home / "config.toml"
-    write(path, 'notes_dirs = ["~/n"]\ncustom = 1\n[embeddings]\nenabled = true\n'
-                'model = "nomic"\n[llm]\nprovider = "openai"\n[future]\nx = [1, 2]\n')
-    loom("config", "set", "ask.top_k", "7")
+    write(path, USER_CONFIG)
+    proc = loom("config", "set", "ask.top_k", "7")
+    assert proc.stderr == ("loom: warning: config.toml: unknown key custom — loom does not "
+                           "use it\nloom: warning: config.toml: unknown key [llm] modle — did "
+                           "you mean model?\nloom: warning: config.toml: unknown key future — "
+                           "loom does not use it\n")
     loom("config", "set", "llm.model", "qwen3")
+    assert path.read_text() == USER_CONFIG.replace('"qwen3-coder"', '"qwen3"') + \
+        "\n[ask]\ntop_k = 7\n"
+    assert loom("config", "get", "ask.top_k").stdout == "7\n"
+    assert loom("config", "set", "llm.provider", "nope", check=2).stderr.endswith(
+        "loom: config.toml: key 'llm.provider' must be one of ollama, openai, anthropic, got "
+        "'nope'\n".replace("config.toml", str(path)))
+    assert path.read_text().count("qwen3") == 1  # the refused value was not written
+
+
+def test_init_force_adds_only_what_is_missing(loom_home):
+    path = loom_home / "config.toml"
+    write(path, USER_CONFIG)
+    proc = loom("init", check=2)
+    assert proc.stderr.startswith(f"loom: config already exists: {path} — `loom init --force`")
+    assert path.read_text() == USER_CONFIG
+    loom("init", "--force")
+    text = path.read_text()
+    lines = iter(text.splitlines())
+    assert all(line in lines for line in USER_CONFIG.splitlines())  # every line, in order
     import tomllib
 
-    data = tomllib.loads(path.read_text())
-    assert data == {"notes_dirs": ["~/n"], "custom": 1,
-                    "embeddings": {"enabled": True, "model": "nomic"},
-                    "llm": {"provider": "openai", "model": "qwen3"},
-                    "future": {"x": [1, 2]}, "ask": {"top_k": 7}}
-    assert loom("config", "get", "ask.top_k").stdout == "7\n"
-    assert loom("config", "set", "llm.provider", "nope", check=2).stderr.startswith("loom: ")
+    data = tomllib.loads(text)
+    assert data["embeddings"] == {"enabled": True, "model": "nomic"}
+    assert data["llm"] == {"provider": "openai", "model": "qwen3-coder", "modle": "typo"}
+    assert data["ask"] == {"top_k": 5, "file_budget_chars": 8000, "head_chars": 1200}
+    assert data["custom"] == 1 and data["future"] == {"x": [1, 2]}
+    assert loom("init", "--force").stdout == f"{path}: added nothing (complete)\n"
+
+
+@pytest.mark.parametrize("text,message", [
+    ('llm = "anthropic"\n', "key 'llm' must be a table ([llm]), got 'anthropic'"),
+    ('[ask]\ntop_k = "five"\n', "key 'ask.top_k' must be an integer, got 'five'"),
+    ("[llm]\ntimeout_s = -1\n", "key 'llm.timeout_s' must be a positive number, got -1"),
+    ("[llm]\ntimeout_s = nan\n", "key 'llm.timeout_s' must be a positive number, got nan"),
+    ("[llm]\ntimeout_s = inf\n", "key 'llm.timeout_s' must be a positive number, got inf"),
+    ('notes_dirs = "~/n"\n', "key 'notes_dirs' must be a list, got '~/n'"),
+])
+def test_a_value_of_the_wrong_shape_names_file_and_key(loom_home, text, message):
+    path = write(loom_home / "config.toml", text)
+    proc = loom("status", check=2)
+    assert proc.stderr.startswith(f"loom: {path}: {message}"), proc.stderr
 
 
 def test_init_writes_a_valid_starting_config(loom_home, notes):
     loom("init")
     assert (loom_home / "config.toml").exists()
-    assert "already exists" in loom("init").stdout
-    loom("scan", str(notes))
+    proc = loom("scan", str(notes))
+    assert proc.stderr == ""  # the starter config has no unknown key
+
+
+@pytest.mark.parametrize("args,message", [
+    (["grep"], "loom: Missing argument 'pattern' — try loom grep --help\n"),
+    (["grep", "x", "--limit", "many"], "loom: Invalid value for '--limit' / '-n': 'many' is "
+     "not a valid int — try loom grep --help\n"),
+    (["serch", "x"],
+     "loom: No such command 'serch'. Did you mean 'search', 'serve'? — try loom --help\n"),
+    (["search", "x", "--bogus"],
+     "loom: No such option: --bogus — try loom search --help\n"),
+])
+def test_usage_errors_are_one_line_exit_2(args, message, scanned_notes):
+    proc = loom(*args, check=2)
+    assert (proc.stdout, proc.stderr) == ("", message)
+
+
+def test_a_closed_pipe_is_silent_and_exit_0(scanned_notes):
+    proc = subprocess.run(f"{sys.executable} -m loomcli files | head -1; "
+                          "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                          capture_output=True, text=True, env=os.environ)
+    assert proc.stdout == "ideas.org\n0\n" and proc.stderr == ""
 
 
 # -- interruption, crashes, concurrency ---------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import grep, reading
+from loomcli import grep, operations
 from loomcli.errors import QueryError
 from loomcli.extract import Extracted
 from loomcli.store import Store
@@ -67,7 +67,7 @@ def test_agrees_with_a_naive_line_scan(tmp_path_factory, texts, pattern, case_se
     flags = 0 if case_sensitive else re.IGNORECASE
     assert [(m.path, m.line, m.offset) for m in got.matches] == naive(pattern, docs, flags)
     for m in got.matches:  # every offset starts a match, per loom get
-        rest = reading.get_range(store, m.path, m.offset)["content"]
+        rest = operations.read_range(store, m.path, m.offset).content
         assert re.match(pattern, rest.split("\n", 1)[0], flags) or re.match(pattern, rest,
                                                                             flags)
     store.close()

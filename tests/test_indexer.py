@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import config, indexer
+from loomcli import config
 from loomcli.errors import IgnorePatternError, RootError
+from loomcli.operations import Corpus
 from loomcli.store import Store
 
 from .conftest import FIXTURES, write
@@ -20,13 +21,10 @@ KEYS = ["added", "updated", "moved", "removed", "skipped", "failed", "duration_m
 
 def run(folder: Path, *, force: bool = False, cfg: config.Config | None = None) -> dict:
     cfg = cfg or config.load()
-    store = Store.open(cfg.db_path, create=True)
-    try:
-        report = indexer.scan(store, cfg, [folder], force=force).to_dict()
+    report = Corpus(cfg).scan([folder], force=force).to_dict()
+    with Store.open(cfg.db_path) as store:
         store.check()
-        return report
-    finally:
-        store.close()
+    return report
 
 
 def counts(report: dict) -> tuple[int, ...]:
@@ -187,9 +185,7 @@ def test_only_files_under_the_scanned_roots_change(notes, tmp_path):
 def test_rescan_without_folders_uses_the_indexed_roots(notes):
     run(notes)
     (notes / "ideas.org").unlink()
-    cfg = config.load()
-    store = Store.open(cfg.db_path)
-    report = indexer.scan(store, cfg, [])
+    report = Corpus(config.load()).scan()
     assert report.removed == 1
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import reading
+from loomcli import operations
 from loomcli.errors import IndexMissingError, QueryError
 from loomcli.extract import Extracted
 from loomcli.store import Store, quote_fts
@@ -83,22 +83,22 @@ def test_update_and_remove_keep_fts_consistent(store):
 
 
 def test_get_range_is_bytes_snapped_to_characters(store):
-    full = reading.get_range(store, "a.md")
+    full = operations.read_range(store, "a.md")
     text = "Weaving on a Jacquard loom. Café crème ☕ naïve.\n"
-    assert full["content"] == text and full["content_len"] == len(text.encode())
+    assert full.content == text and full.content_len == len(text.encode())
     cafe = text.encode().index("é".encode())
     # Starting inside "é" (2 bytes) moves forward to the next whole character.
-    inside = reading.get_range(store, "a.md", cafe + 1, 6)
-    assert inside["offset"] == cafe + 2 and inside["content"] == " crè"
-    assert inside["length"] == len(" crè".encode())
+    inside = operations.read_range(store, "a.md", cafe + 1, 6)
+    assert inside.offset == cafe + 2 and inside.content == " crè"
+    assert inside.length == len(" crè".encode())
     # Ending inside "☕" (3 bytes) stops before it.
     cup = text.encode().index("☕".encode())
-    cut = reading.get_range(store, "a.md", cup - 2, 4)
-    assert cut["content"] == "e " and cut["offset"] == cup - 2 and cut["length"] == 2
-    past = reading.get_range(store, "a.md", 10_000, 5)
-    assert past["content"] == "" and past["offset"] == full["content_len"]
+    cut = operations.read_range(store, "a.md", cup - 2, 4)
+    assert cut.content == "e " and cut.offset == cup - 2 and cut.length == 2
+    past = operations.read_range(store, "a.md", 10_000, 5)
+    assert past.content == "" and past.offset == full.content_len
     with pytest.raises(QueryError):
-        reading.get_range(store, "a.md", -1)
+        operations.read_range(store, "a.md", -1)
 
 
 @settings(max_examples=150, deadline=None,
@@ -106,11 +106,11 @@ def test_get_range_is_bytes_snapped_to_characters(store):
 @given(offset=st.integers(0, 80), length=st.integers(0, 80))
 def test_get_range_never_breaks_a_character(store, offset, length):
     text = "Weaving on a Jacquard loom. Café crème ☕ naïve.\n".encode()
-    got = reading.get_range(store, "a.md", offset, length)
-    start, n = got["offset"], got["length"]
+    got = operations.read_range(store, "a.md", offset, length)
+    start, n = got.offset, got.length
     assert min(offset, len(text)) <= start  # clamped to the text, never before the ask
     assert start + n <= min(offset + length, len(text)) or n == 0
-    assert text[start:start + n].decode("utf-8") == got["content"]
+    assert text[start:start + n].decode("utf-8") == got.content
 
 
 def test_paths_get_the_root_name_once_there_are_two_roots(store, tmp_path):

@@ -1,0 +1,347 @@
+"""loom's operations over one corpus — the single layer every edge calls.
+
+The CLI, the MCP server, the HTTP server and watch all go through `Corpus`: it owns the
+defaults and limits (named below, nowhere else), checks and coerces arguments once, and
+returns typed results that each edge renders or turns into JSON. "No match" is an empty
+result here; the CLI turns it into exit 1, MCP and HTTP return it as is.
+
+Arguments may come from a JSON body, so every check is strict: a field of the wrong type
+is a QueryError naming the field (`force must be true or false`), never a guess.
+Numbers past a maximum are clamped to it (the maxima are documented); below the minimum
+they are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from loomcli.config import Config
+from loomcli.errors import IndexMissingError, QueryError
+
+if TYPE_CHECKING:
+    from loomcli.ask import Answer, Prompt
+    from loomcli.grep import GrepResult
+    from loomcli.indexer import OnChange, Progress, ScanReport
+    from loomcli.providers import Provider
+    from loomcli.store import FileInfo, Store
+
+# Defaults and limits of every edge.
+SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
+GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
+GREP_CONTEXT_MAX = 50
+EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
+EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
+TOP_K_MAX = 50
+QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
+GLOBS_MAX = 100
+
+CORPUS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+# -- argument checks ----------------------------------------------------------------------
+
+def _text(name: str, value: Any, *, required: bool = True) -> str:
+    if not isinstance(value, str):
+        raise QueryError(f"{name} must be a string")
+    if required and not value.strip():
+        raise QueryError(f"{name} must not be empty")
+    if len(value) > QUERY_CHARS_MAX:
+        raise QueryError(f"{name} is longer than {QUERY_CHARS_MAX:,} characters",
+                         "shorten it")
+    return value
+
+
+def _int(name: str, value: Any, default: int | None, lo: int, hi: int | None = None
+         ) -> int | None:
+    """An integer in [lo, hi]: None gives the default, past hi is clamped, below lo refused."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise QueryError(f"{name} must be a whole number, got {_show(value)}")
+    if value < lo:
+        raise QueryError(f"{name} must be {lo} or more, got {value}")
+    return min(value, hi) if hi is not None else value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise QueryError(f"{name} must be true or false, got {_show(value)}")
+    return value
+
+
+def _strings(name: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise QueryError(f"{name} must be a string or a list of strings")
+    if len(value) > GLOBS_MAX:
+        raise QueryError(f"{name}: at most {GLOBS_MAX} entries")
+    return [_text(name, v) for v in value]
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_index_path(path: Any) -> str:
+    """A plain index path: no `..` component, not absolute (paths from clients)."""
+    clean = _text("path", path).replace("\\", "/")
+    if clean.startswith("/") or ".." in PurePosixPath(clean).parts or re.match(r"^[A-Za-z]:",
+                                                                               clean):
+        raise QueryError(f"{path!r} escapes the index",
+                         "use a path as `loom files` / loom_list_files / GET /files shows it")
+    return clean
+
+
+# -- results ------------------------------------------------------------------------------
+
+@dataclass
+class SearchHit:
+    path: str
+    title: str
+    score: float
+    snippet: str  # with store.SNIPPET_START/END around matched words
+    content_len: int
+    match: str = "bm25"  # "bm25" | "semantic" | "both"
+    content: str | None = None  # whole text, or head + best passage (excerpt_chars)
+    truncated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        from loomcli.store import plain_snippet
+
+        out: dict[str, Any] = {"path": self.path, "title": self.title,
+                               "score": round(self.score, 4),
+                               "snippet": plain_snippet(self.snippet),
+                               "content_len": self.content_len, "match": self.match}
+        if self.content is not None:
+            out["content"] = self.content
+            out["truncated"] = self.truncated
+        return out
+
+
+@dataclass
+class SearchResult:
+    hits: list[SearchHit]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hits": [h.to_dict() for h in self.hits]}
+
+
+@dataclass
+class TextRange:
+    path: str
+    offset: int
+    length: int
+    content_len: int
+    content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "offset": self.offset, "length": self.length,
+                "content_len": self.content_len, "content": self.content}
+
+
+@dataclass
+class FileList:
+    files: list[FileInfo]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": [f.to_dict() for f in self.files]}
+
+
+@dataclass
+class Status:
+    config: str
+    config_exists: bool
+    index: str
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "index": self.index, **self.counts}
+
+
+def _is_continuation(b: int) -> bool:
+    return (b & 0xC0) == 0x80
+
+
+def read_range(store: Store, path: str, offset: int = 0, length: int | None = None
+               ) -> TextRange:
+    """A byte range of a file's extracted UTF-8 text, clamped to the text and shrunk to
+    whole characters (never a broken one). Reports the range actually returned."""
+    if offset < 0:
+        raise QueryError(f"offset must be 0 or more, got {offset}")
+    if length is not None and length < 0:
+        raise QueryError(f"length must be 0 or more, got {length}")
+    row = store.resolve(path)
+    total = row.content_len
+    start = min(offset, total)
+    end = total if length is None else min(total, start + length)
+    # Fetch three bytes on each side to find character boundaries.
+    window_start = max(0, start - 3)
+    data = store.text_bytes(row.id, window_start, end - window_start + 4)
+    s, e = start - window_start, end - window_start
+    while s < len(data) and s < e and _is_continuation(data[s]):
+        s += 1
+    while e > s and e < len(data) and _is_continuation(data[e]):
+        e -= 1
+    chunk = data[s:e]
+    return TextRange(store.display_path(row.root_id, row.relpath), window_start + s,
+                     len(chunk), total, chunk.decode("utf-8", errors="replace"))
+
+
+# -- the corpus ---------------------------------------------------------------------------
+
+@dataclass
+class Corpus:
+    """One index with its config: the default one, or DIR/<name>/ of `serve --corpus-root`."""
+
+    config: Config
+    roots: list[Path] | None = None  # scan these instead of the config's notes_dirs
+    db_path: Path | None = None
+
+    @classmethod
+    def default(cls, config_override: str | None = None) -> Corpus:
+        from loomcli import config as config_mod
+
+        return cls(config_mod.load(config_override))
+
+    @classmethod
+    def named(cls, corpus_root: Path, name: Any, base: Config) -> Corpus:
+        if not isinstance(name, str) or not CORPUS_NAME.match(name):
+            raise QueryError(f"invalid corpus name {_show(name)}",
+                             "names are 1-64 letters, digits, '_' or '-'")
+        folder = corpus_root / name
+        if not (folder / "notes").is_dir():
+            raise IndexMissingError(f"no corpus named {name!r}",
+                                    f"create <corpus-root>/{name}/notes and scan it")
+        return cls(base, roots=[folder / "notes"], db_path=folder / "index.db")
+
+    @property
+    def index_path(self) -> Path:
+        return self.db_path or self.config.db_path
+
+    @contextmanager
+    def store(self, *, create: bool = False) -> Iterator[Store]:
+        from loomcli.store import Store
+
+        with Store.open(self.index_path, create=create) as store:
+            yield store
+
+    # -- reading ------------------------------------------------------------------------
+
+    def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None
+               ) -> SearchResult:
+        """Ranked files; with excerpt_chars, each hit carries its text cut like ask's."""
+        query = _text("query", query, required=False)
+        n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX)
+        chars = _int("excerpt_chars", excerpt_chars, None, 1, EXCERPT_CHARS_MAX)
+        with self.store() as store:
+            found = store.search(query, n or SEARCH_LIMIT)
+            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len)
+                    for h in found]
+            if chars:
+                from loomcli.excerpt import excerpt
+
+                chars = max(EXCERPT_CHARS_MIN, chars)
+                for hit, h in zip(hits, found, strict=True):
+                    text = store.text_bytes(h.file_id).decode("utf-8", "replace")
+                    part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4))
+                    hit.content, hit.truncated = part.text, part.cut
+        return SearchResult(hits)
+
+    def grep(self, pattern: Any, *, path: Any = None, globs: Any = None, context: Any = None,
+             case_sensitive: Any = False, limit: Any = None) -> GrepResult:
+        from loomcli.grep import grep
+
+        pattern = _text("pattern", pattern)
+        with self.store() as store:
+            return grep(store, pattern,
+                        path=None if path is None else check_index_path(path),
+                        globs=_strings("glob", globs),
+                        context=_int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0,
+                        case_sensitive=_bool("case_sensitive", case_sensitive),
+                        limit=_int("limit", limit, GREP_LIMIT, 1, GREP_LIMIT_MAX)
+                        or GREP_LIMIT)
+
+    def get(self, path: Any, offset: Any = 0, length: Any = None) -> TextRange:
+        start = _int("offset", offset, 0, 0) or 0
+        count = _int("length", length, None, 0)
+        with self.store() as store:
+            return read_range(store, check_index_path(path), start, count)
+
+    def files(self) -> FileList:
+        with self.store() as store:
+            return FileList(store.list_files())
+
+    def status(self) -> Status:
+        out = Status(str(self.config.path), self.config.exists, str(self.index_path))
+        if self.index_path.exists():
+            with self.store() as store:
+                out.counts = store.status()
+        else:
+            out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "failed": 0,
+                          "text_bytes": 0, "index_bytes": 0, "last_scan": None}
+        return out
+
+    # -- writing ------------------------------------------------------------------------
+
+    def scan(self, dirs: Sequence[str | Path] = (), *, force: Any = False,
+             progress: Progress | None = None, on_wait: Callable[[str], None] | None = None,
+             on_change: OnChange | None = None) -> ScanReport:
+        """Index DIRs (else this corpus's roots, the config's notes_dirs, or the roots
+        already indexed). The roots are checked before the index is created or opened,
+        so a bad folder leaves nothing behind."""
+        from loomcli import indexer
+
+        force = _bool("force", force)
+        roots = self.roots_for(dirs)
+        with self.store(create=True) as store:
+            return indexer.Indexer(store, self.config, progress=progress, on_wait=on_wait,
+                                   on_change=on_change).scan(roots, force=force)
+
+    def roots_for(self, dirs: Sequence[str | Path] = ()) -> list[Path]:
+        """The folders a scan of DIRs covers, each checked (RootError when missing)."""
+        from loomcli import indexer
+
+        chosen = list(dirs) or list(self.roots or [])
+        if chosen or not self.index_path.exists():
+            return indexer.resolve_roots(self.config, None, chosen)
+        with self.store() as store:
+            return indexer.resolve_roots(self.config, store, [])
+
+    def forget(self, folder: str) -> int:
+        """Drop an indexed folder and its files from the index; how many files went."""
+        from loomcli import indexer
+
+        with self.store() as store:
+            return indexer.forget(store, folder)
+
+    # -- ask ----------------------------------------------------------------------------
+
+    def prompt(self, question: Any, top_k: Any = None) -> Prompt | None:
+        """Exactly what ask would send, or None when no indexed file matches."""
+        from loomcli import ask
+
+        question = _text("question", question)
+        k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX)
+        with self.store() as store:
+            return ask.build_prompt(store, question, top_k=k or 1,
+                                    budget=self.config.get("ask.file_budget_chars"),
+                                    head_chars=self.config.get("ask.head_chars"))
+
+    def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
+            on_text: Callable[[str], None] | None = None) -> Answer:
+        """One LLM call over the best files. Nothing matching: an empty Answer (no call)."""
+        from loomcli import ask, providers
+
+        prompt = self.prompt(question, top_k)
+        if prompt is None:
+            return ask.Answer("", [], [])
+        return ask.answer(prompt, provider or providers.from_config(self.config), on_text)
