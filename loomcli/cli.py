@@ -266,6 +266,7 @@ def status(as_json: JsonOpt = False) -> None:
         _out(f"root:   {r['name']} = {r['path']}")
     _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs), "
                f"{data['failed']} failed, {data['text_bytes'] / 1e6:.1f} MB of text")
+    _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
     last = data["last_scan"]
     if last:
         import datetime as dt

@@ -163,8 +163,11 @@ class Status:
     index: str
     counts: dict[str, Any] = field(default_factory=dict)
 
+    engines: dict[str, str] = field(default_factory=dict)  # what extracts each kind
+
     def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config, "index": self.index, **self.counts}
+        return {"config": self.config, "index": self.index, **self.counts,
+                "engines": self.engines}
 
 
 def _is_continuation(b: int) -> bool:
@@ -281,7 +284,10 @@ class Corpus:
             return FileList(store.list_files())
 
     def status(self) -> Status:
-        out = Status(str(self.config.path), self.config.exists, str(self.index_path))
+        from loomcli.extract import pdf
+
+        out = Status(str(self.config.path), self.config.exists, str(self.index_path),
+                     engines={"pdf": pdf.engine()})
         if self.index_path.exists():
             with self.store() as store:
                 out.counts = store.status()

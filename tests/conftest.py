@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-SHARED_CORPUS = ROOT.parent / "shared" / "corpus" / "pdf-samples"
+# 31 odd real PDFs (py-pdf/sample-files, CC-BY-SA-4.0; see its LICENSE and files.json)
+PDF_SAMPLES = FIXTURES / "pdf-samples"
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SHARED_CORPUS, as_user, write
+from .conftest import PDF_SAMPLES, as_user, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
 
@@ -234,9 +234,7 @@ def test_a_closed_pipe_is_silent_and_exit_0(scanned_notes):
 
 def slow_corpus(tmp_path: Path, copies: int = 40) -> Path:
     """Many distinct copies of the 117-page PDF: a scan that takes a few seconds."""
-    if not SHARED_CORPUS.exists():
-        pytest.skip("shared corpus not present")
-    src = next(SHARED_CORPUS.glob("009-*/*.pdf")).read_bytes()
+    src = next(PDF_SAMPLES.glob("009-*/*.pdf")).read_bytes()
     folder = tmp_path / "slow"
     folder.mkdir()
     for i in range(copies):
@@ -266,10 +264,11 @@ def check_consistent(db: Path) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGKILL, -9)])
 def test_interrupted_scan_leaves_a_consistent_index_and_the_next_completes(
         tmp_path, loom_home, sig, code):
-    folder = slow_corpus(tmp_path)
+    folder = slow_corpus(tmp_path, copies=60)
     db = loom_home / "index.db"
     proc = subprocess.Popen([*LOOM, "scan", str(folder)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -280,13 +279,14 @@ def test_interrupted_scan_leaves_a_consistent_index_and_the_next_completes(
     check_consistent(db)
     loom("search", "Topologie", check=None)  # usable while half built
     report = json.loads(loom("scan", str(folder), "--json").stdout)
-    assert report["added"] + report["skipped"] == 40 and report["failed"] == 0
-    assert 0 < report["added"] < 40
+    assert report["added"] + report["skipped"] == 60 and report["failed"] == 0
+    assert 0 < report["added"] < 60
     files = json.loads(loom("files", "--json").stdout)["files"]
-    assert len(files) == 40
+    assert len(files) == 60
     check_consistent(db)
 
 
+@pytest.mark.slow
 def test_two_scans_at_once_one_waits_and_searches_never_block(tmp_path, loom_home):
     folder = slow_corpus(tmp_path, copies=24)
     db = loom_home / "index.db"

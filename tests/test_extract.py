@@ -12,7 +12,7 @@ from loomcli.extract import Extracted, pdf
 from loomcli.extract.pool import extract_pdfs
 from loomcli.extract.text import decode, extract_note, title_of
 
-from .conftest import FIXTURES, SHARED_CORPUS
+from .conftest import FIXTURES, PDF_SAMPLES
 
 ENGINES = ["pdfium", "pypdf"]
 
@@ -82,10 +82,9 @@ EXPECTED_FAILURES = {
 }
 
 
-@pytest.mark.skipif(not SHARED_CORPUS.exists(), reason="shared corpus not present")
 def test_shared_corpus_every_pdf_indexed_or_explained(engine, tmp_path):
     copies = tmp_path / "pdfs"
-    shutil.copytree(SHARED_CORPUS, copies)
+    shutil.copytree(PDF_SAMPLES, copies)
     files = sorted(copies.rglob("*.pdf"))
     assert len(files) >= 28
     jobs = [(str(p.relative_to(copies)), str(p), p.stat().st_size) for p in files]
@@ -109,9 +108,8 @@ def test_shared_corpus_every_pdf_indexed_or_explained(engine, tmp_path):
     assert isinstance(arabic, Extracted) and any("\u0600" <= c <= "\u06ff" for c in arabic.text)
 
 
-@pytest.mark.skipif(not SHARED_CORPUS.exists(), reason="shared corpus not present")
 def test_a_pdf_over_its_time_limit_is_stopped_and_the_pool_goes_on(tmp_path):
-    slow = next(SHARED_CORPUS.glob("009-*/*.pdf"))
+    slow = next(PDF_SAMPLES.glob("009-*/*.pdf"))
     quick = FIXTURES / "notes/manuals/release-notes.pdf"
     jobs = [("slow", str(slow), 1), ("quick", str(quick), 0)]
     results = dict(extract_pdfs(jobs, workers=1,

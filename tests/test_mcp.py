@@ -98,3 +98,46 @@ def test_ask_tool_reports_an_unreachable_llm_as_a_tool_error(notes, loom_home):
     result = run_session(loom_home, body)
     assert result.is_error and "cannot reach ollama at http://127.0.0.1:9" in \
         result.content[0].text
+
+
+def test_ask_sends_the_same_files_over_cli_mcp_and_http_with_the_configured_top_k(
+        notes, loom_home):
+    from .llm_server import FakeLLM
+    from .test_http import Server
+
+    question = "which invoice covers the madder root and the warp tension gauge?"
+    with FakeLLM() as llm:
+        write(loom_home / "config.toml",
+              f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n'
+              "[ask]\ntop_k = 2\n")
+        subprocess.run([*LOOM, "ask", question], check=True, capture_output=True,
+                       env={**os.environ, "LOOM_HOME": str(loom_home)})
+
+        async def body(client):
+            return structured(await client.call_tool("loom_ask", {"question": question}))
+
+        mcp_answer = run_session(loom_home, body)
+        server = Server()
+        try:
+            status, http_answer = server.call("POST", "/ask", {"question": question})
+        finally:
+            server.stop()
+    assert status == 200
+    prompts = [r["body"]["messages"][-1]["content"] for r in llm.requests]
+    assert len(prompts) == 3 and prompts[0] == prompts[1] == prompts[2]
+    assert prompts[0].count("\n## [") + prompts[0].startswith("## [") == 2  # [ask] top_k
+    assert [u["path"] for u in mcp_answer["used"]] == [u["path"] for u in http_answer["used"]]
+    assert len(mcp_answer["used"]) == 2
+
+
+def test_no_match_is_an_empty_result_not_an_error(notes, loom_home):
+    async def body(client):
+        search = structured(await client.call_tool("loom_search", {"query": "qwxzzy"}))
+        grep = structured(await client.call_tool("loom_grep", {"pattern": "qwxzzy"}))
+        ask = structured(await client.call_tool("loom_ask", {"question": "qwxzzy?"}))
+        return search, grep, ask
+
+    search, grep, ask = run_session(loom_home, body)
+    assert search == {"hits": []}
+    assert grep == {"matches": [], "truncated": False}
+    assert ask == {"answer": "", "citations": [], "used": []}

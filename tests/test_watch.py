@@ -74,6 +74,7 @@ def notes(tmp_path, loom_home):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for CPU time")
+@pytest.mark.slow
 def test_watch_applies_every_kind_of_change_and_idles_quietly(notes, loom_home):
     w = Watch(notes)
     try:
