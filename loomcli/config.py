@@ -44,6 +44,8 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "embeddings.endpoint": (str, None),
     "embeddings.api_key_env": (str, None),
     "http.token_env": (str, "LOOM_HTTP_TOKEN"),
+    "http.allowed_hosts": (list, []),
+    "http.allowed_origins": (list, []),
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
 TABLES = frozenset(key.partition(".")[0] for key in SCHEMA if "." in key)

@@ -1,22 +1,35 @@
-"""`loom serve`: the library's operations as JSON over HTTP (standard library server).
+"""`loom serve`: loom's operations as JSON over HTTP, and MCP at /mcp, on Starlette + uvicorn.
 
-Binds 127.0.0.1 by default. When the environment variable named by `[http] token_env`
-is set, every request needs `Authorization: Bearer <token>`; a non-loopback host without
-a token is refused at start. Errors are `{"error": "..."}` with a 4xx/5xx status.
+Threat model (README, "For apps"): the server reads the user's notes and can drive their
+LLM, so anything that can reach the port must be trusted or hold the token. Browsers are
+the hard case — any web page can make the user's browser send requests to 127.0.0.1 — so
+`Guard` refuses, before any route runs: a `Host` that is not a loopback name or address
+(DNS rebinding), an `Origin` that is not loopback (a foreign page), and a POST body that is
+not `application/json` (a form post needs no CORS preflight). `[http] allowed_hosts` and
+`allowed_origins` widen that on purpose. With a token, every request needs it too.
+
+The transport is uvicorn's (h11): bodies are read with a cap that refuses a declared
+oversize, negative or malformed length up front and counts chunked bodies as they come;
+idle connections are closed; client work runs in a bounded thread pool, so a slow request
+cannot stall the event loop; SIGINT/SIGTERM let requests in flight finish. Every error,
+malformed HTTP included, is `{"error": "..."}`, without absolute server paths (the log on
+stderr keeps them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
 import os
+import re
+import socket
 import sys
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlsplit
 
 from loomcli import __version__
 from loomcli.config import Config
@@ -33,19 +46,27 @@ from loomcli.errors import (
 from loomcli.operations import EXCERPT_CHARS, Corpus
 
 MAX_BODY = 1 << 20
+MAX_JSON_DEPTH = 32
+WORKERS = 8  # client work in threads at once; more requests wait their turn
+IDLE_TIMEOUT_S = 5  # a connection with no request in flight is closed after this
+GRACEFUL_SHUTDOWN_S = 30
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
           (IgnorePatternError, 422), (RootError, 422), (ProviderError, 502),
           (ConfigError, 500)]
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None
+                 ) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -53,14 +74,180 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class App:
-    """Routes requests to a corpus; knows nothing of sockets (testable on its own)."""
+def scrub(message: str) -> str:
+    """No absolute server paths to clients: `/home/u/.loom/index.db` becomes `index.db`."""
+    return _ABSOLUTE_PATH.sub(r"\1", message)
 
-    def __init__(self, load_config: Callable[[], Config], token: str | None,
-                 corpus_root: Path | None) -> None:
+
+def _split_host(value: str) -> tuple[str, int | None]:
+    try:
+        parts = urlsplit("//" + value)
+        return (parts.hostname or ""), parts.port
+    except ValueError:
+        return "", None
+
+
+class Settings:
+    """Who may talk to the server: read once, at start."""
+
+    def __init__(self, config: Config, host: str, port: int) -> None:
+        self.token = os.environ.get(config.get("http.token_env")) or None
+        self.bound_host, self.port = host, port
+        self.allowed_hosts = {h.lower() for h in config.get("http.allowed_hosts")}
+        self.allowed_origins = {o.rstrip("/").lower() for o in config.get("http.allowed_origins")}
+
+    def host_ok(self, value: str | None) -> bool:
+        if not value:
+            return False
+        value = value.lower()
+        if value in self.allowed_hosts:
+            return True
+        name, port = _split_host(value)
+        if port not in (None, self.port) and value not in self.allowed_hosts:
+            return False
+        return is_loopback(name) or name == self.bound_host.strip("[]").lower() \
+            or name in self.allowed_hosts
+
+    def origin_ok(self, value: str | None) -> bool:
+        if value is None:
+            return True  # curl, scripts, same-origin navigation
+        value = value.rstrip("/").lower()
+        if value in self.allowed_origins:
+            return True
+        parts = urlsplit(value)
+        return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
+
+    def authorized(self, header: str | None) -> bool:
+        if not self.token:
+            return True
+        expected = f"Bearer {self.token}".encode()
+        return hmac.compare_digest((header or "").encode(), expected)
+
+
+def _json_bytes(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
+async def _send_json(send: Callable[..., Awaitable[None]], status: int, payload: Any,
+                     headers: dict[str, str] | None = None) -> None:
+    body = _json_bytes(payload)
+    raw = [(b"content-type", b"application/json; charset=utf-8"),
+           (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """ASGI middleware: every check a request must pass before any route sees it."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.datastructures import Headers
+
+        headers = Headers(scope=scope)
+        try:
+            self.check(scope, headers)
+        except HttpError as exc:
+            if exc.status != 413:
+                await _drain(receive)  # keep the connection usable for the next request
+            await _send_json(send, exc.status, {"error": str(exc)}, exc.headers)
+            return
+        await self.app(scope, receive, send)
+
+    def check(self, scope: dict[str, Any], headers: Any) -> None:
+        s = self.settings
+        if not s.host_ok(headers.get("host")):
+            raise HttpError(403, "this Host is not served here (loopback names only, or "
+                                 "[http] allowed_hosts)")
+        if len(headers.getlist("origin")) > 1 or not s.origin_ok(headers.get("origin")):
+            raise HttpError(403, "requests from web pages of other origins are refused "
+                                 "(list trusted ones in [http] allowed_origins)")
+        if not s.authorized(headers.get("authorization")):
+            raise HttpError(401, "missing or wrong bearer token",
+                            {"WWW-Authenticate": 'Bearer realm="loom"'})
+        lengths = headers.getlist("content-length")
+        if lengths:
+            if len(set(lengths)) > 1 or not lengths[0].isdigit():
+                raise HttpError(400, "invalid Content-Length")
+            if int(lengths[0]) > MAX_BODY:
+                raise HttpError(413, f"body over {MAX_BODY} bytes",
+                                {"Connection": "close"})
+        if scope["method"] == "POST":
+            kind = headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                raise HttpError(415, "POST bodies must be application/json")
+
+
+async def _drain(receive: Any, limit: int = MAX_BODY) -> None:
+    """Read and drop a small request body so the connection can serve the next request."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
+
+
+async def read_json(request: Any) -> dict[str, Any]:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise HttpError(413, f"body over {MAX_BODY} bytes", {"Connection": "close"})
+    if not body:
+        return {}
+    try:
+        data = json.loads(bytes(body).decode("utf-8"))
+    except RecursionError:
+        raise HttpError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels"
+                        ) from None
+    except ValueError as exc:
+        raise HttpError(400, f"the body is not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    _check_value(data, "body", 0)
+    return data
+
+
+def _check_value(value: Any, where: str, depth: int) -> None:
+    """Bounded nesting, and text that is valid Unicode (no lone surrogates)."""
+    if depth > MAX_JSON_DEPTH:
+        raise HttpError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HttpError(400, f"{where} is not valid Unicode (a lone surrogate)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_value(k, where, depth + 1)
+            _check_value(v, k if depth == 0 else where, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_value(v, where, depth + 1)
+
+
+def _status_of(exc: LoomError) -> int:
+    return next((code for kind, code in STATUS if isinstance(exc, kind)), 400)
+
+
+class Api:
+    """The JSON endpoints: each parses its body, calls one operation, returns its JSON."""
+
+    def __init__(self, load_config: Callable[[], Config], corpus_root: Path | None) -> None:
+        import anyio
+
         self.load_config = load_config  # read per request: `loom config set` applies at once
-        self.token = token
         self.corpus_root = corpus_root
+        self.limiter = anyio.CapacityLimiter(WORKERS)
 
     def corpus(self, name: Any) -> Corpus:
         if self.corpus_root is None:
@@ -72,127 +259,211 @@ class App:
             raise HttpError(400, "\"corpus\" is required (this server serves several)")
         return Corpus.named(self.corpus_root, name, self.load_config())
 
-    def authorized(self, header: str | None) -> bool:
-        if not self.token:
-            return True
-        expected = f"Bearer {self.token}".encode()
-        return hmac.compare_digest((header or "").encode(), expected)
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        import anyio
 
-    def handle(self, method: str, target: str, body: bytes | None) -> tuple[int, dict[str, Any]]:
-        url = urlparse(target)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        routes: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
-            ("GET", "/healthz"): lambda _: {"ok": True, "version": __version__},
-            ("GET", "/files"): lambda q: self.corpus(q.get("corpus")).files().to_dict(),
-            ("POST", "/search"): self._search,
-            ("POST", "/grep"): self._grep,
-            ("POST", "/file"): self._file,
-            ("POST", "/ask"): self._ask,
-            ("POST", "/scan"): lambda b: self.corpus(b.get("corpus")).scan(
-                force=b.get("force", False)).to_dict(),
-        }
-        handler = routes.get((method, url.path))
-        if handler is None:
-            if any(path == url.path for _, path in routes):
-                raise HttpError(405, f"{method} is not allowed on {url.path}")
-            raise HttpError(404, f"no such endpoint: {url.path}")
-        if method == "GET":
-            return 200, handler(query)
-        try:
-            data = json.loads(body or b"{}")
-        except ValueError as exc:
-            raise HttpError(400, f"the body is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise HttpError(400, "the body must be a JSON object")
-        return 200, handler(data)
+        return await anyio.to_thread.run_sync(fn, limiter=self.limiter)
 
     @staticmethod
-    def _required(data: dict[str, Any], key: str) -> Any:
+    def required(data: dict[str, Any], key: str) -> Any:
         if data.get(key) in (None, ""):
             raise HttpError(400, f"missing \"{key}\"")
         return data[key]
 
-    def _search(self, b: dict[str, Any]) -> dict[str, Any]:
-        return self.corpus(b.get("corpus")).search(
-            self._required(b, "query"), b.get("limit"),
-            b.get("excerpt_chars", EXCERPT_CHARS)).to_dict()
+    def routes(self) -> list[Any]:
+        from starlette.routing import Route
 
-    def _grep(self, b: dict[str, Any]) -> dict[str, Any]:
-        return self.corpus(b.get("corpus")).grep(
-            self._required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
-            context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
-            limit=b.get("limit")).to_dict()
+        def post(operation: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+            async def endpoint(request: Any) -> Any:
+                data = await read_json(request)
+                return await self.respond(lambda: operation(data).to_dict())
+            return endpoint
 
-    def _file(self, b: dict[str, Any]) -> dict[str, Any]:
-        return self.corpus(b.get("corpus")).get(
-            self._required(b, "path"), b.get("offset", 0), b.get("length")).to_dict()
+        async def healthz(request: Any) -> Any:
+            from starlette.responses import JSONResponse
 
-    def _ask(self, b: dict[str, Any]) -> dict[str, Any]:
-        return self.corpus(b.get("corpus")).ask(
-            self._required(b, "question"), b.get("top_k")).to_dict()
+            return JSONResponse({"ok": True, "version": __version__})
 
+        async def files(request: Any) -> Any:
+            name = request.query_params.get("corpus")
+            return await self.respond(lambda: self.corpus(name).files().to_dict())
 
-def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = f"loom/{__version__}"
-        protocol_version = "HTTP/1.1"
+        return [
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/files", files, methods=["GET"]),
+            Route("/search", post(lambda b: self.corpus(b.get("corpus")).search(
+                self.required(b, "query"), b.get("limit"),
+                b.get("excerpt_chars", EXCERPT_CHARS))), methods=["POST"]),
+            Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
+                self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
+                context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
+                limit=b.get("limit"))), methods=["POST"]),
+            Route("/file", post(lambda b: self.corpus(b.get("corpus")).get(
+                self.required(b, "path"), b.get("offset", 0), b.get("length"))),
+                methods=["POST"]),
+            Route("/scan", post(lambda b: self.corpus(b.get("corpus")).scan(
+                force=b.get("force", False))), methods=["POST"]),
+            Route("/ask", self.ask, methods=["POST"]),
+        ]
 
-        def log_message(self, fmt: str, *args: Any) -> None:
-            sys.stderr.write(f"loom serve: {self.address_string()} {fmt % args}\n")
+    async def respond(self, work: Callable[[], dict[str, Any]]) -> Any:
+        from starlette.responses import Response
 
-        def _reply(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            if status == 401:
-                self.send_header("WWW-Authenticate", 'Bearer realm="loom"')
-            self.end_headers()
-            self.wfile.write(data)
+        payload = await self.run(work)
+        return Response(_json_bytes(payload), media_type="application/json; charset=utf-8")
 
-        def _dispatch(self, method: str) -> None:
+    async def ask(self, request: Any) -> Any:
+        data = await read_json(request)
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")
+        corpus = self.corpus(data.get("corpus"))
+        question, top_k = self.required(data, "question"), data.get("top_k")
+        if not stream:
+            return await self.respond(lambda: corpus.ask(question, top_k).to_dict())
+        return await self.ask_stream(corpus, question, top_k)
+
+    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any) -> Any:
+        """NDJSON: {"text": piece} lines as the LLM writes, then {"done": true, answer,
+        citations, used}, or {"error": message} when the LLM fails mid-way."""
+        import anyio
+        from starlette.responses import StreamingResponse
+
+        prompt = await self.run(lambda: corpus.prompt(question, top_k))  # errors: 4xx
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
+
+        def work() -> None:
+            from loomcli import ask, providers
+
             try:
-                if not app.authorized(self.headers.get("Authorization")):
-                    raise HttpError(401, "missing or wrong bearer token")
-                body = None
-                if method == "POST":
-                    length = int(self.headers.get("Content-Length") or 0)
-                    if length > MAX_BODY:
-                        raise HttpError(413, f"body over {MAX_BODY} bytes")
-                    body = self.rfile.read(length)
-                status, payload = app.handle(method, self.path, body)
-            except HttpError as exc:
-                status, payload = exc.status, {"error": str(exc)}
+                if prompt is None:
+                    result = ask.Answer("", [], [])
+                else:
+                    def piece(text: str) -> None:
+                        anyio.from_thread.run(send.send, {"text": text})
+
+                    result = ask.answer(prompt, providers.from_config(corpus.config), piece)
+                anyio.from_thread.run(send.send, {"done": True, **result.to_dict()})
             except LoomError as exc:
-                status = next((code for kind, code in STATUS if isinstance(exc, kind)), 400)
-                payload = {"error": str(exc)}
-            except (ValueError, TypeError) as exc:
-                status, payload = 400, {"error": f"bad request: {exc}"}
-            except Exception as exc:  # the server must answer, not die
-                status, payload = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
-            self._reply(status, payload)
+                sys.stderr.write(f"loom serve: ask: {exc}\n")
+                anyio.from_thread.run(send.send, {"error": scrub(str(exc))})
+            finally:
+                anyio.from_thread.run(send.aclose)
 
-        def do_GET(self) -> None:  # noqa: N802
-            self._dispatch("GET")
+        async def lines() -> AsyncIterator[bytes]:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: self.run(work))
+                async with receive:
+                    async for event in receive:
+                        yield _json_bytes(event) + b"\n"
 
-        def do_POST(self) -> None:  # noqa: N802
-            self._dispatch("POST")
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-        def do_PUT(self) -> None:  # noqa: N802
-            self._dispatch("PUT")
 
-        def do_DELETE(self) -> None:  # noqa: N802
-            self._dispatch("DELETE")
+def build_app(load_config: Callable[[], Config], settings: Settings,
+              corpus_root: Path | None) -> Any:
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
-    return Handler
+    api = Api(load_config, corpus_root)
+    routes = api.routes()
+    lifespan = None
+    if corpus_root is None:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from loomcli import mcp_server
+
+        mcp_app = mcp_server.build_server(lambda: Corpus(load_config())).streamable_http_app(
+            streamable_http_path="/mcp", stateless_http=True,
+            # Guard already checks Host, Origin and the token, more strictly.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        routes += mcp_app.router.routes
+        lifespan = mcp_app.router.lifespan_context
+    else:
+        async def no_mcp(request: Request) -> JSONResponse:
+            return JSONResponse({"error": "MCP over HTTP serves one corpus: start another "
+                                 "`loom serve` for it without --corpus-root"}, 404)
+        routes.append(Route("/mcp", no_mcp, methods=["GET", "POST", "DELETE"]))
+
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": scrub(message)}, status, headers=headers)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, HttpError):
+            return error(exc.status, str(exc), exc.headers)
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return error(404, f"no such endpoint: {request.url.path}")
+        if exc.status_code == 405:
+            return error(405, f"{request.method} is not allowed on {request.url.path}")
+        return error(exc.status_code, str(exc.detail))
+
+    async def on_loom_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, LoomError)
+        sys.stderr.write(f"loom serve: {request.url.path}: {exc}\n")
+        return error(_status_of(exc), str(exc))
+
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        sys.stderr.write(f"loom serve: {request.url.path}: internal error: "
+                         f"{type(exc).__name__}: {exc}\n")
+        return error(500, f"internal error: {type(exc).__name__} — see the server's log")
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        HttpError: on_http_error, HTTPException: on_http_error, LoomError: on_loom_error,
+        Exception: on_bug})
+    return Guard(app, settings)
+
+
+def _protocol() -> type:
+    """uvicorn's h11 protocol, with JSON for malformed HTTP and a deadline for the first
+    request of a connection (uvicorn times out only the pause between requests)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+        def send_400_response(self, msg: str) -> None:
+            body = _json_bytes({"error": f"malformed HTTP request: {msg.rstrip('.')}"})
+            headers = [(b"content-type", b"application/json; charset=utf-8"),
+                       (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return Protocol
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+            raise RootError(f"port {port} on {host} is already in use",
+                            "choose another with --port (0 picks a free one)") from None
+        raise RootError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                        "check --host and --port") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def serve(load_config: Callable[[], Config], host: str, port: int,
           corpus_root: Path | None = None) -> None:
     config = load_config()  # fails here, at start, when the config is broken
     token_env = config.get("http.token_env")
-    token = os.environ.get(token_env) or None
-    if not is_loopback(host) and not token:
+    if not is_loopback(host) and not os.environ.get(token_env):
         raise ConfigError(
             f"refusing to serve on {host} without a token: anyone on the network could "
             "read your notes",
@@ -200,15 +471,18 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
     if corpus_root is not None and not corpus_root.is_dir():
         raise RootError(f"corpus root {corpus_root} is not a folder",
                         "create it, with one <name>/notes/ folder per corpus")
-    httpd = ThreadingHTTPServer((host, port), make_handler(App(load_config, token, corpus_root)))
-    httpd.daemon_threads = True
-    bound_port = httpd.server_address[1]
-    sys.stderr.write(f"loom serve: listening on http://{host}:{bound_port}"
-                     f"{' (token required)' if token else ''}\n")
+    import uvicorn
+
+    sock = bind(host, port)
+    bound_port = sock.getsockname()[1]
+    settings = Settings(config, host, bound_port)
+    app = build_app(load_config, settings, corpus_root)
+    server = uvicorn.Server(uvicorn.Config(
+        app, http=_protocol(), lifespan="on", log_level="warning", access_log=False,
+        timeout_keep_alive=IDLE_TIMEOUT_S, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        h11_max_incomplete_event_size=64 * 1024, server_header=False))
+    shown = f"[{host}]" if ":" in host else host
+    sys.stderr.write(f"loom serve: listening on http://{shown}:{bound_port}"
+                     f"{' (token required)' if settings.token else ''}\n")
     sys.stderr.flush()
-    try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        httpd.server_close()
+    asyncio.run(server.serve(sockets=[sock]))

@@ -31,11 +31,15 @@ class Server:
         self.url = f"http://127.0.0.1:{m.group(1)}"
 
     def call(self, method: str, path: str, body: object = None, token: str | None = None,
-             raw: bytes | None = None) -> tuple[int, dict]:
+             raw: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
         if token:
             req.add_header("Authorization", f"Bearer {token}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 return resp.status, json.loads(resp.read())
@@ -162,5 +166,225 @@ def test_two_corpora_never_see_each_other(tmp_path, loom_home):
         assert s.call("POST", "/search", {"corpus": "../alice", "query": "x"})[0] == 400
         assert s.call("POST", "/search", {"query": "x"})[0] == 400  # corpus required
         assert (root / "alice" / "index.db").exists() and (root / "bob" / "index.db").exists()
+    finally:
+        s.stop()
+
+
+# -- tried as an attacker would -------------------------------------------------------------
+
+def last_scan(loom_home: Path):
+    import sqlite3
+
+    with sqlite3.connect(loom_home / "index.db") as conn:
+        return conn.execute("SELECT count(*) FROM scans").fetchone()[0]
+
+
+def test_web_pages_cannot_read_or_drive_the_server(scanned_notes, loom_home):
+    with FakeLLM() as llm:
+        write(loom_home / "config.toml",
+              f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n')
+        s = Server()
+        scans = last_scan(loom_home)
+        try:
+            port = s.url.rsplit(":", 1)[1]
+            rebinding = {"Host": f"evil.example:{port}"}
+            assert s.call("GET", "/files", headers=rebinding)[0] == 403
+            assert s.call("GET", "/files", headers={"Host": "127.0.0.1:1"})[0] == 403
+            foreign = {"Origin": "https://evil.example"}
+            assert s.call("GET", "/files", headers=foreign)[0] == 403
+            status, body = s.call("POST", "/scan", {"force": True}, headers=foreign)
+            assert status == 403 and "other origins" in body["error"]
+            form = {"Content-Type": "text/plain"}
+            for path, payload in (("/scan", b'{"force": true}'), ("/ask", b'{"question": "x"}')):
+                req = urllib.request.Request(s.url + path, data=payload, method="POST",
+                                             headers=form)
+                try:
+                    urllib.request.urlopen(req, timeout=30)
+                    raise AssertionError("a text/plain POST was served")
+                except urllib.error.HTTPError as exc:
+                    assert exc.code == 415 and "application/json" in json.loads(
+                        exc.read())["error"]
+            assert last_scan(loom_home) == scans and llm.requests == []  # nothing started
+            # Loopback pages (a local dev server) and clients without an Origin work.
+            assert s.call("GET", "/files", headers={"Origin": "http://localhost:3000"})[0] == 200
+            assert s.call("GET", "/files", headers={"Host": f"localhost:{port}"})[0] == 200
+            assert s.call("POST", "/scan", {})[0] == 200
+        finally:
+            s.stop()
+
+
+def test_allowed_hosts_and_origins_widen_the_rules(scanned_notes, loom_home):
+    write(loom_home / "config.toml", '[http]\nallowed_hosts = ["notes.lan"]\n'
+                                     'allowed_origins = ["https://app.example"]\n')
+    s = Server(env={"LOOM_HTTP_TOKEN": "t"})
+    try:
+        port = s.url.rsplit(":", 1)[1]
+        ok = {"Host": f"notes.lan:{port}", "Origin": "https://app.example"}
+        assert s.call("GET", "/files", token="t", headers=ok)[0] == 200
+        assert s.call("GET", "/files", headers=ok)[0] == 401  # the token still applies
+        assert s.call("GET", "/files", token="t", headers={"Host": "other.lan"})[0] == 403
+    finally:
+        s.stop()
+
+
+def raw_exchange(url: str, *requests: bytes, timeout: float = 10) -> list[tuple[int, dict]]:
+    """Send raw requests on ONE connection; parse each JSON response in turn."""
+    import http.client
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=timeout)
+    out = []
+    try:
+        for data in requests:
+            sock.sendall(data)
+            resp = http.client.HTTPResponse(sock)
+            resp.begin()
+            out.append((resp.status, json.loads(resp.read() or b"null")))
+            if resp.will_close:
+                break
+    finally:
+        sock.close()
+    return out
+
+
+def req(method: str, path: str, body: bytes = b"", headers: str = "") -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}"
+    if body and "Content-Length" not in headers and "chunked" not in headers:
+        head += f"Content-Length: {len(body)}\r\n"
+    if body and "Content-Type" not in headers:
+        head += "Content-Type: application/json\r\n"
+    return (head + "\r\n").encode() + body
+
+
+def test_malformed_requests_get_json_4xx_and_the_connection_goes_on(server):
+    files = req("GET", "/files")
+    json_ct = "Content-Type: application/json\r\n"
+    cases = [
+        (req("POST", "/search", b'{"query": "warp", "limit": 1e999}'), 400, "limit"),
+        (req("POST", "/scan", b'{"force": "false"}'), 400, "force must be true or false"),
+        (req("POST", "/grep", b'{"pattern": "x", "case_sensitive": "false"}'), 400,
+         "case_sensitive must be true or false"),
+        (req("POST", "/grep", b'{"pattern": "x", "glob": [1, 2]}'), 400, "glob must be"),
+        (req("POST", "/search", b'{"query": "\\ud800"}'), 400, "lone surrogate"),
+        (req("POST", "/search", b'{"query": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+         400, "nested"),
+        (req("POST", "/search", b"{bad"), 400, "not valid JSON"),
+        (req("GET", "/nope"), 404, "no such endpoint"),
+        (req("DELETE", "/files"), 405, "not allowed"),
+    ]
+    for request, status, words in cases:
+        [(got, body), (after, listing)] = raw_exchange(server.url, request, files)
+        assert got == status and words in body["error"], (request[:80], got, body)
+        assert after == 200 and len(listing["files"]) == 9
+    # A chunked body is read (and counted against the cap).
+    chunk = b'{"query": "warp tension", "limit": 1}'
+    chunked = req("POST", "/search", b"%x\r\n%s\r\n0\r\n\r\n" % (len(chunk), chunk),
+                  "Transfer-Encoding: chunked\r\n" + json_ct)
+    [(status, body), (after, _)] = raw_exchange(server.url, chunked, files)
+    assert status == 200 and len(body["hits"]) == 1 and after == 200
+    big = b"x" * (2 << 20)
+    over = req("POST", "/search", b"%x\r\n%s\r\n0\r\n\r\n" % (len(big), big),
+               "Transfer-Encoding: chunked\r\n" + json_ct)
+    assert raw_exchange(server.url, over)[0][0] == 413
+    declared = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 209715200\r\n\r\n")
+    assert raw_exchange(server.url, declared)[0] == (413, {"error": "body over 1048576 bytes"})
+    # Framing errors: where the body ends is unknown, so the answer closes the connection
+    # (going on would let a body be read as a request).
+    for bad in (req("POST", "/search", b'{"query": "warp"}', "Content-Length: -1\r\n" + json_ct),
+                b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+                b"Content-Length: 7\r\n\r\n", b"GARBAGE\r\n\r\n",
+                b"GET /files HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n"):
+        status, body = raw_exchange(server.url, bad)[0]
+        assert status == 400 and "error" in body, bad
+
+
+def test_a_refused_body_is_never_read_as_the_next_request(scanned_notes):
+    s = Server(env={"LOOM_HTTP_TOKEN": "t"})
+    try:
+        hidden = req("GET", "/files", headers="Authorization: Bearer t\r\n")
+        smuggle = req("POST", "/search", hidden)  # no token: 401, body must be dropped
+        after = req("GET", "/healthz", headers="Authorization: Bearer t\r\n")
+        replies = raw_exchange(s.url, smuggle, after)
+        assert [status for status, _ in replies] == [401, 200]
+        assert replies[1][1] == {"ok": True, "version": replies[1][1]["version"]}
+    finally:
+        s.stop()
+
+
+def test_errors_carry_no_absolute_paths(tmp_path, loom_home):
+    s = Server()
+    try:
+        status, body = s.call("POST", "/search", {"query": "x"})
+    finally:
+        s.stop()
+    assert status == 404 and body["error"].startswith("no index at index.db yet")
+    assert str(tmp_path) not in body["error"] and "/" not in body["error"].split("—")[0]
+
+
+def test_healthz_answers_with_300_idle_connections_held_open(server):
+    import socket
+    import time
+
+    host, port = server.url.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port))) for _ in range(300)]
+    try:
+        started = time.monotonic()
+        assert server.call("GET", "/healthz")[0] == 200
+        assert time.monotonic() - started < 0.1
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_streaming_ask_sends_ndjson_pieces_then_the_result(scanned_notes, loom_home):
+    with FakeLLM() as llm:
+        write(loom_home / "config.toml",
+              f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n')
+        s = Server()
+        try:
+            request = urllib.request.Request(
+                s.url + "/ask", method="POST", headers={"Content-Type": "application/json"},
+                data=json.dumps({"question": "madder root invoice", "stream": True}).encode())
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                kind = resp.headers["Content-Type"]
+                events = [json.loads(line) for line in resp]
+        finally:
+            s.stop()
+    assert kind.startswith("application/x-ndjson")
+    assert [e["text"] for e in events[:-1]] == ["The answer ", "is here ",
+                                                 "[manuals/field-guide.pdf]."]
+    assert events[-1]["done"] is True and events[-1]["citations"] == ["manuals/field-guide.pdf"]
+
+
+def test_mcp_over_http_with_the_token(scanned_notes):
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    s = Server(env={"LOOM_HTTP_TOKEN": "s3cret"})
+
+    async def session(token: str | None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http, Client(
+                streamable_http_client(s.url + "/mcp", http_client=http)) as client:
+            tools = await client.list_tools()
+            grep = await client.call_tool("loom_grep", {"pattern": "E-4471"})
+            return {t.name for t in tools.tools}, grep.structured_content
+
+    try:
+        names, grep = anyio.run(session, "s3cret")
+        assert len(names) == 6 and "loom_grep" in names
+        assert {m["path"] for m in grep["matches"]} == {"manuals/release-notes.pdf",
+                                                         "projects/loom-controller.md"}
+        raw = urllib.request.Request(s.url + "/mcp", method="POST", data=b"{}",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(raw, timeout=30)
+            raise AssertionError("/mcp answered without the token")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
     finally:
         s.stop()
