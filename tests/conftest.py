@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,11 +83,16 @@ def as_user(*trees: Path) -> list[str]:
     if shutil.which("setpriv") is None:
         pytest.skip("running as root and setpriv (util-linux) is missing: cannot drop "
                     "privileges to test permissions")
-    for tree in trees:
-        for parent in tree.parents:  # let the user reach the trees
+    import loomcli
+
+    # The user must reach the trees, the interpreter and loom's source (an editable
+    # install in a clone under a private temp folder).
+    for place in (*trees, Path(sys.prefix), Path(loomcli.__file__).resolve().parent):
+        for parent in place.parents:
             if parent == Path(parent.anchor):
                 break
             parent.chmod(parent.stat().st_mode | 0o011)
+    for tree in trees:
         for p in [tree, *tree.rglob("*")]:
             os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
     return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
