@@ -100,10 +100,10 @@ class Settings:
         if not value:
             return False
         value = value.lower()
-        if value in self.allowed_hosts:
+        if value in self.allowed_hosts:  # "name" or "name:port", as listed
             return True
         name, port = _split_host(value)
-        if port not in (None, self.port) and value not in self.allowed_hosts:
+        if port not in (None, self.port):
             return False
         return is_loopback(name) or name == self.bound_host.strip("[]").lower() \
             or name in self.allowed_hosts

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -144,8 +144,7 @@ class TextRange:
     content: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "offset": self.offset, "length": self.length,
-                "content_len": self.content_len, "content": self.content}
+        return asdict(self)
 
 
 @dataclass
@@ -162,7 +161,6 @@ class Status:
     config_exists: bool
     index: str
     counts: dict[str, Any] = field(default_factory=dict)
-
     engines: dict[str, str] = field(default_factory=dict)  # what extracts each kind
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,7 +242,7 @@ class Corpus:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's."""
         query = _text("query", query, required=False)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX)
-        chars = _int("excerpt_chars", excerpt_chars, None, 1, EXCERPT_CHARS_MAX)
+        chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
         with self.store() as store:
             found = store.search(query, n or SEARCH_LIMIT)
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len)

@@ -66,6 +66,8 @@ def test_every_endpoint(server, scanned_notes, loom_home):
     status, hits = server.call("POST", "/search", {"query": "warp tension", "limit": 2})
     assert status == 200 and len(hits["hits"]) == 2
     assert {"path", "title", "score", "snippet", "content", "content_len"} <= set(hits["hits"][0])
+    status, bare = server.call("POST", "/search", {"query": "warp", "excerpt_chars": 0})
+    assert status == 200 and bare["hits"] and "content" not in bare["hits"][0]
     status, grep = server.call("POST", "/grep", {"pattern": "E-4471", "context": 1})
     assert status == 200 and {m["path"] for m in grep["matches"]} == {
         "manuals/release-notes.pdf", "projects/loom-controller.md"}
