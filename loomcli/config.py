@@ -147,8 +147,10 @@ class Config:
                 raise ConfigError(f"{self.path}: {parts[0]!r} is not a table",
                                   f"make it a [{parts[0]}] table, or remove that line")
         node[parts[-1]] = value
+        raw = tomllib.loads(tomlkit.dumps(doc))
+        _validate(self.path, raw)  # never write a file the next command would refuse
         self._write(doc)
-        self.raw = tomllib.loads(tomlkit.dumps(doc))
+        self.raw = raw
 
     def _document(self) -> Any:
         import tomlkit
@@ -243,12 +245,17 @@ def load(override: str | os.PathLike[str] | None = None) -> Config:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}", "fix the file or run `loom init --force`"
                           ) from exc
+    return Config(path=path, raw=raw, exists=True, warnings=_validate(path, raw))
+
+
+def _validate(path: Path, raw: Mapping[str, Any]) -> list[str]:
+    """Raise ConfigError for a wrong type or shape; return the unknown-key warnings."""
     warnings = _check_shape(path, raw)
     for key in SCHEMA:
         value = _lookup(raw, key)
         if value is not None:
             _check(path, key, value)
-    return Config(path=path, raw=raw, exists=True, warnings=warnings)
+    return warnings
 
 
 def _unwrap(item: Any) -> Any:

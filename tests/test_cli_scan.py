@@ -166,6 +166,10 @@ def test_config_set_keeps_every_key_and_comment(loom_home):
         "loom: config.toml: key 'llm.provider' must be one of ollama, openai, anthropic, got "
         "'nope'\n".replace("config.toml", str(path)))
     assert path.read_text().count("qwen3") == 1  # the refused value was not written
+    before = path.read_text()
+    proc = loom("config", "set", "llm", "anthropic", check=2)
+    assert "key 'llm' must be a table ([llm]), got 'anthropic'" in proc.stderr
+    assert path.read_text() == before  # a write never breaks the file
 
 
 def test_init_force_adds_only_what_is_missing(loom_home):
