@@ -329,20 +329,20 @@ class Api:
         import anyio
         from starlette.responses import StreamingResponse
 
-        prompt = await self.run(lambda: corpus.prompt(question, top_k))  # errors: 4xx
+        from loomcli import ask, providers
+
+        # Everything that can fail before the first piece fails here, with its status.
+        prompt = await self.run(lambda: corpus.prompt(question, top_k))
+        provider = providers.from_config(corpus.config) if prompt is not None else None
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
         def work() -> None:
-            from loomcli import ask, providers
+            def piece(text: str) -> None:
+                anyio.from_thread.run(send.send, {"text": text})
 
             try:
-                if prompt is None:
-                    result = ask.Answer("", [], [])
-                else:
-                    def piece(text: str) -> None:
-                        anyio.from_thread.run(send.send, {"text": text})
-
-                    result = ask.answer(prompt, providers.from_config(corpus.config), piece)
+                result = ask.Answer("", [], []) if prompt is None or provider is None \
+                    else ask.answer(prompt, provider, piece)
                 anyio.from_thread.run(send.send, {"done": True, **result.to_dict()})
             except LoomError as exc:
                 sys.stderr.write(f"loom serve: ask: {exc}\n")

@@ -100,8 +100,9 @@ def test_errors_are_json_with_4xx_5xx(server):
     assert status == 400
     status, body = server.call("POST", "/file", {"path": "nope.md"})
     assert status == 404 and "not in the index" in body["error"]
-    status, body = server.call("POST", "/ask", {"question": "madder"})  # no model configured
-    assert status == 500 and "no LLM model configured" in body["error"]
+    for stream in (False, True):  # no model configured: an error status, streaming or not
+        status, body = server.call("POST", "/ask", {"question": "madder", "stream": stream})
+        assert status == 500 and "no LLM model configured" in body["error"]
 
 
 def test_token_required_when_set(scanned_notes):
