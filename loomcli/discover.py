@@ -31,8 +31,10 @@ class FileRef:
 class Discovery:
     root: Path
     files: list[FileRef] = field(default_factory=list)
-    # Folders that could not be listed: files indexed under them are kept, not removed.
+    # Folders ("" for the root itself) that could not be listed, and files that could not
+    # be looked at, with the reason: what is indexed under them is kept, not removed.
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    unreadable_files: list[tuple[str, str]] = field(default_factory=list)
     # Names that are not valid UTF-8 (shown with U+FFFD): cannot be stored or shown.
     bad_names: list[str] = field(default_factory=list)
 
@@ -94,8 +96,11 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
         with os.scandir(abs_dir) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        found.unreadable.append((rel_dir or ".", exc.strerror or str(exc)))
+        found.unreadable.append((rel_dir.rstrip("/"), exc.strerror or str(exc)))
         return
+    if rel_dir:  # a listed subfolder's own rules (the root's were loaded by the caller)
+        sub = _read_ignore_file(Path(abs_dir), os.fsencode(rel_dir))
+        patterns = patterns + sub if sub else patterns
     for entry in entries:
         name = entry.name
         if name.startswith("."):
@@ -111,16 +116,15 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
             is_file = not is_dir and entry.is_file(follow_symlinks=False)
-        except OSError:
+        except OSError as exc:  # a name the OS refuses (too long…): one entry, not the scan
+            found.unreadable_files.append((f"{rel_dir}{name}", exc.strerror or str(exc)))
             continue
         rel = f"{rel_dir}{name}"
         if is_dir:
             rel_b = os.fsencode(rel)
             if patterns and ignore.is_ignored(patterns, rel_b, True):
                 continue
-            sub = _read_ignore_file(Path(entry.path), rel_b + b"/")
-            _walk_dir(found, entry.path, rel + "/", patterns + sub if sub else patterns,
-                      extensions)
+            _walk_dir(found, entry.path, rel + "/", patterns, extensions)
         elif is_file:
             kind = kind_of(name, extensions)
             if kind is None:
@@ -129,6 +133,7 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
-            except OSError:
+            except OSError as exc:
+                found.unreadable_files.append((rel, exc.strerror or str(exc)))
                 continue
             found.files.append(FileRef(rel, entry.path, st.st_size, st.st_mtime_ns, kind))

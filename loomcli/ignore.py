@@ -1,5 +1,9 @@
 """Gitignore patterns with git's exact semantics, compiled to byte regexes.
 
+Patterns run on RE2, not Python's backtracking `re`: matching a name costs time linear in
+its length whatever the pattern (`*?*?*?*?*?*?*?*?*?*?#` included), so no `.loomignore`
+line and no `--glob` a client sends can stall a scan or the server.
+
 This follows git's own code rather than a reading of its manual: pattern parsing is
 `dir.c` (`parse_path_pattern`, `trim_trailing_spaces`, `match_basename`,
 `match_pathname`) and globbing is `wildmatch.c`. Like git, matching is on bytes and
@@ -19,6 +23,7 @@ import re
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from loomcli.errors import IgnorePatternError
 
@@ -53,7 +58,7 @@ class Pattern:
     """One compiled pattern line, remembering where it came from."""
 
     text: str
-    regex: re.Pattern[bytes]
+    regex: Any  # an RE2 regex: linear time in the name, whatever the pattern
     negative: bool
     dir_only: bool
     basename_only: bool  # no slash in the pattern: matched against the last component
@@ -102,7 +107,7 @@ def _simple_length(p: bytes) -> int:
 
 def _class_regex(members: set[int]) -> bytes:
     if not members:
-        return b"(?!)"
+        return b"[^\\x00-\\xff]"  # an empty set: matches no byte
     return b"[" + b"".join(b"\\x%02x" % c for c in sorted(members)) + b"]"
 
 
@@ -222,6 +227,18 @@ def _wildmatch_regex(p: bytes, pathname: bool, start: int = 0) -> bytes:
     return b"".join(out)
 
 
+def _compile(regex: bytes) -> Any:
+    """RE2 on bytes (Latin-1 mode: one byte, one character), `.` matching newlines too."""
+    import re2
+
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.dot_nl = True
+    options.log_errors = False
+    options.max_mem = 8 << 20
+    return re2.compile(regex, options)
+
+
 def compile_line(raw: bytes, *, source: str, line: int, base: bytes = b"") -> Pattern | None:
     """Compile one line of an ignore file; None for blanks and comments."""
     if raw.endswith(b"\r"):
@@ -253,7 +270,7 @@ def compile_line(raw: bytes, *, source: str, line: int, base: bytes = b"") -> Pa
         ) from None
     return Pattern(
         text=text,
-        regex=re.compile(regex, re.DOTALL),
+        regex=_compile(regex),
         negative=negative,
         dir_only=dir_only,
         basename_only=basename_only,

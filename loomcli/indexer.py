@@ -20,7 +20,7 @@ from typing import Any
 from loomcli import discover
 from loomcli.config import Config
 from loomcli.errors import BusyError, ExtractionError, RootError
-from loomcli.extract import Extracted
+from loomcli.extract import Extracted, read_regular_file
 from loomcli.extract.text import extract_note
 from loomcli.store import FileRow, Root, Store
 
@@ -56,6 +56,9 @@ class ScanReport:
         return (f"added {self.added}, updated {self.updated}, moved {self.moved}, "
                 f"removed {self.removed}, skipped {self.skipped}, failed {self.failed} "
                 f"in {self.duration_ms / 1000:.2f}s")
+
+
+ACCESS_ERROR = "cannot read file"  # failures of this kind are retried on every scan
 
 
 def digest(data: bytes) -> bytes:
@@ -211,7 +214,12 @@ class Indexer:
             existing = store.files_under(root.id)
             for ref in disc.files:
                 row = existing.pop(ref.relpath, None)
-                if row and not force and (row.size, row.mtime_ns) == (ref.size, ref.mtime_ns):
+                unchanged = row and (row.size, row.mtime_ns) == (ref.size, ref.mtime_ns)
+                # A file that could not be read is tried again on every scan (a fixed
+                # permission changes no mtime); an unchanged file whose extraction failed
+                # would fail the same way, so it is only reported.
+                retry = row is not None and (row.error or "").startswith(ACCESS_ERROR)
+                if row and unchanged and not force and not retry:
                     if row.error:
                         self._fail(report, store.display_path(root.id, ref.relpath), row.error)
                     else:
@@ -221,11 +229,14 @@ class Indexer:
             for shown in disc.bad_names:
                 self._fail(report, store.display_path(root.id, shown),
                            "file name is not valid UTF-8; rename it to index it")
-            for rel, where in disc.unreadable:
-                self._fail(report, store.display_path(root.id, rel),
-                           f"cannot list folder: {where}")
-                prefix = "" if rel == "." else rel + "/"
+            for rel, why in disc.unreadable:
+                self._fail(report, store.display_path(root.id, rel or "."),
+                           f"cannot list folder: {why}")
+                prefix = rel + "/" if rel else ""
                 existing = {k: v for k, v in existing.items() if not k.startswith(prefix)}
+            for rel, why in disc.unreadable_files:
+                self._fail(report, store.display_path(root.id, rel), f"{ACCESS_ERROR}: {why}")
+                existing.pop(rel, None)
             for row in existing.values():
                 vanished.setdefault(row.hash, []).append(row)
                 vanished_ids[row.id] = row
@@ -302,10 +313,9 @@ class Indexer:
 
     def _read(self, item: _Todo, report: ScanReport) -> bool:
         try:
-            with open(item.ref.abspath, "rb") as fh:
-                item.data = fh.read()
+            item.data = read_regular_file(item.ref.abspath)
         except OSError as exc:
-            self._store_failure(item, report, f"cannot read file: {exc.strerror or exc}")
+            self._store_failure(item, report, f"{ACCESS_ERROR}: {exc.strerror or exc}")
             return False
         item.digest = digest(item.data)
         return True

@@ -85,6 +85,8 @@ def as_user(*trees: Path) -> list[str]:
                     "privileges to test permissions")
     import loomcli
 
+    for tree in trees:
+        tree.mkdir(parents=True, exist_ok=True)
     # The user must reach the trees, the interpreter and loom's source (an editable
     # install in a clone under a private temp folder).
     for place in (*trees, Path(sys.prefix), Path(loomcli.__file__).resolve().parent):

@@ -201,18 +201,6 @@ def test_hidden_symlinks_and_case_insensitive_extensions(notes):
     assert not any(p.startswith((".hidden", "link")) or p.endswith(".png") for p in got)
 
 
-def test_unreadable_folder_is_reported_and_its_files_kept(notes):
-    if os.geteuid() == 0:
-        pytest.skip("root can read any folder")
-    run(notes)
-    (notes / "journal").chmod(0)
-    try:
-        report = run(notes)
-    finally:
-        (notes / "journal").chmod(0o755)
-    assert report["removed"] == 0 and report["failed"] == 1
-
-
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse such names")
 def test_file_name_that_is_not_utf8_fails_with_a_reason_and_the_rest_is_indexed(notes):
     with open(os.fsencode(notes) + b"/caf\xe9-latin1-name.md", "wb") as fh:

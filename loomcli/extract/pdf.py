@@ -11,7 +11,7 @@ import re
 from pathlib import PurePath
 
 from loomcli.errors import ExtractionError
-from loomcli.extract import Extracted
+from loomcli.extract import Extracted, read_regular_file
 
 # Control characters PDF producers leave in text (pdfium marks soft hyphens with \x02);
 # tab, newline and form feed are kept.
@@ -75,8 +75,9 @@ def _pdfium_reason(msg: str) -> str:
 def _with_pdfium(path: str) -> Extracted:
     import pypdfium2 as pdfium
 
+    data = _read(path)
     try:
-        pdf = pdfium.PdfDocument(path)
+        pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
         msg = str(exc)
         if "password" in msg.lower():
@@ -109,8 +110,11 @@ def _with_pypdf(path: str) -> Extracted:
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
+    import io
+
+    data = _read(path)
     try:
-        reader = PdfReader(path)
+        reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise _ENCRYPTED
         pages = [page.extract_text() or "" for page in reader.pages]
@@ -127,6 +131,14 @@ def _with_pypdf(path: str) -> Extracted:
             "open it in a PDF viewer and save a repaired copy",
         ) from None
     return _finish(pages, str(title) if title else None, path, "pypdf")
+
+
+def _read(path: str) -> bytes:
+    try:
+        return read_regular_file(path)
+    except OSError as exc:
+        raise ExtractionError(f"cannot read file: {exc.strerror or exc}",
+                              "check its permissions") from None
 
 
 def engine() -> str:

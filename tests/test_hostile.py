@@ -1,0 +1,181 @@
+"""Hostile folders and inputs (issue 15): nothing lost, no hang, linear time, clear errors.
+
+Permission tests run as a normal user (setpriv), since root reads everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loomcli import config, indexer
+from loomcli.extract import read_regular_file
+from loomcli.store import Store
+
+from .conftest import as_user, write
+
+LOOM = [sys.executable, "-m", "loomcli"]
+HOSTILE_GLOB = "*?*?*?*?*?*?*?*?*?*?#"
+
+
+def loom(*args: str, run_as: list[str] | None = None, check: int | None = 0
+         ) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*(run_as or []), *LOOM, *args], capture_output=True, text=True,
+                          env=os.environ, timeout=120)
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def files(run_as: list[str] | None = None) -> list[str]:
+    return loom("files", run_as=run_as).stdout.split()
+
+
+def notes_as_user(notes: Path, loom_home: Path) -> list[str]:
+    """The sample notes without their PDFs, owned by a normal user: PDF workers start
+    through multiprocessing's forkserver, which root-owned interpreters on CI machines do
+    not serve to another user; the rules tested here are the same for every kind."""
+    import shutil
+
+    shutil.rmtree(notes / "manuals")
+    return as_user(loom_home, notes)
+
+
+def test_an_unreadable_folder_keeps_its_files_and_is_retried(notes, loom_home):
+    run_as = notes_as_user(notes, loom_home)
+    loom("scan", str(notes), run_as=run_as)
+    before = files(run_as)
+    (notes / "journal").chmod(0)
+    (notes / "recipes").chmod(0o300)  # can enter, cannot list
+    try:
+        report = json.loads(loom("scan", str(notes), "--json", run_as=run_as, check=1).stdout)
+    finally:
+        (notes / "journal").chmod(0o755)
+        (notes / "recipes").chmod(0o755)
+    assert report["removed"] == 0 and report["failed"] == 2
+    assert {e["path"] for e in report["errors"]} == {"journal", "recipes"}
+    assert all(e["error"] == "cannot list folder: Permission denied" for e in report["errors"])
+    assert files(run_as) == before  # nothing lost
+    report = json.loads(loom("scan", str(notes), "--json", run_as=run_as).stdout)
+    assert (report["failed"], report["removed"]) == (0, 0) and files(run_as) == before
+
+
+def test_a_file_that_could_not_be_read_is_retried_once_readable(notes, loom_home):
+    run_as = notes_as_user(notes, loom_home)
+    loom("scan", str(notes), run_as=run_as)
+    note = notes / "welcome.md"
+    note.write_text("# Welcome\nnew words: quokka\n")
+    note.chmod(0)
+    report = json.loads(loom("scan", str(notes), "--json", run_as=run_as, check=1).stdout)
+    assert report["errors"] == [{"path": "welcome.md",
+                                 "error": "cannot read file: Permission denied"}]
+    assert "welcome.md" in files(run_as)  # the earlier text is kept
+    note.chmod(0o644)  # fixed: size and mtime are what the failed scan saw
+    report = json.loads(loom("scan", str(notes), "--json", run_as=run_as).stdout)
+    assert (report["updated"], report["failed"]) == (1, 0)
+    assert loom("grep", "quokka", run_as=run_as).stdout == "welcome.md:2:21:new words: quokka\n"
+
+
+@pytest.mark.parametrize("swap", ["fifo", "symlink"])
+def test_a_file_swapped_after_listing_is_refused_not_followed(tmp_path, loom_home, swap):
+    root = tmp_path / "notes"
+    write(root / "a.md", "# A\nalpha\n")
+    write(root / "b.md", "# B\nbeta\n")
+    secret = write(tmp_path / "outside" / "secret.md", "# Secret\nthe vault code is 0451\n")
+    victim = root / "b.md"
+
+    def before_reading(done: int, total: int, path: str) -> None:
+        if path == "b.md" and victim.is_file() and not victim.is_symlink():
+            victim.unlink()
+            if swap == "fifo":
+                os.mkfifo(victim)
+            else:
+                victim.symlink_to(secret)
+
+    cfg = config.load()
+    with Store.open(cfg.db_path, create=True) as store:
+        started = time.monotonic()
+        report = indexer.Indexer(store, cfg, progress=before_reading).scan([root])
+        assert time.monotonic() - started < 10  # a FIFO never blocks the scan
+        assert [e["path"] for e in report.errors] == ["b.md"]
+        assert report.errors[0]["error"].startswith("cannot read file: ")
+        texts = [store.text_bytes(f.file_id) for f in store.list_files()]
+    assert not any(b"0451" in t for t in texts)
+
+
+def test_read_regular_file_refuses_fifos_symlinks_and_folders(tmp_path):
+    target = write(tmp_path / "t.md", "x")
+    (tmp_path / "link.md").symlink_to(target)
+    os.mkfifo(tmp_path / "pipe.md")
+    assert read_regular_file(str(target)) == b"x"
+    for name in ("link.md", "pipe.md"):
+        with pytest.raises(OSError):
+            read_regular_file(str(tmp_path / name))
+    with pytest.raises(OSError):
+        read_regular_file(str(tmp_path))
+
+
+def test_a_path_the_os_refuses_is_one_failed_entry(tmp_path, loom_home):
+    root = tmp_path / "notes"
+    write(root / "ok.md", "# OK\nfine\n")
+    # Build a folder chain whose absolute path is over 4,096 bytes, relative to each parent.
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(20):
+            os.mkdir("d" * 250, dir_fd=fd)
+            nxt = os.open("d" * 250, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        with open(os.open("deep.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as fh:
+            fh.write("# Deep\n")
+    finally:
+        os.close(fd)
+    proc = loom("scan", str(root), "--json", check=1)
+    report = json.loads(proc.stdout)
+    assert report["added"] == 1 and report["failed"] == 1
+    assert "File name too long" in report["errors"][0]["error"]
+    assert files() == ["ok.md"]
+
+
+def test_a_hostile_glob_is_answered_in_linear_time(scanned_notes):
+    name = "a" * 44 + ".md"
+    write(scanned_notes / name, "# A\nneedle\n")
+    loom("scan", str(scanned_notes))
+    started = time.monotonic()
+    proc = loom("grep", "needle", "--glob", HOSTILE_GLOB, check=None)
+    assert proc.returncode in (0, 1) and time.monotonic() - started < 5
+
+
+def test_a_hostile_loomignore_line_costs_linear_time(notes, loom_home):
+    (notes / ".loomignore").write_text("*?" * 16 + "#\n")
+    for i in range(50):
+        write(notes / "many" / (f"{i:02}" + "b" * 60 + ".md"), "# x\n")
+    started = time.monotonic()
+    report = json.loads(loom("scan", str(notes), "--json").stdout)
+    assert report["added"] > 50 and time.monotonic() - started < 10
+
+
+def test_watch_waits_for_another_scan_instead_of_quitting(notes, loom_home):
+    loom("scan", str(notes))
+    with indexer.write_lock(loom_home / "index.db"):  # another scan holds the index
+        proc = subprocess.Popen([*LOOM, "watch", str(notes), "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=os.environ)
+        time.sleep(3)
+        assert proc.poll() is None, proc.communicate()
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())  # the first scan, once the lock is free
+        assert first["change"] == "scanned" and first["report"]["skipped"] == 9
+        write(notes / "late.md", "# Late\nlate words\n")
+        event = json.loads(proc.stdout.readline())
+        assert (event["change"], event["path"]) == ("added", "late.md")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "another loom scan is writing" in err and proc.returncode == 0
