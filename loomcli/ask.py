@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomcli.excerpt import STOPWORDS, excerpt
+from loomcli.excerpt import SCAN_BYTES, STOPWORDS, excerpt
 from loomcli.providers import Provider
 from loomcli.store import Store
 
@@ -82,7 +82,7 @@ def build_prompt(store: Store, question: str, *, top_k: int, budget: int, head_c
         if row.hash is not None and row.hash in seen_hashes:
             continue  # the same content under another path: send it once
         header = f"## [{hit.path}] {hit.title}".rstrip()[: budget // 2] + "\n"
-        text = store.text_bytes(hit.file_id).decode("utf-8", "replace")
+        text = store.text_bytes(hit.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
         part = excerpt(text, question, budget - len(header) - 1, head_chars)
         key = " ".join(part.text.split())
         if key in seen_texts:

@@ -21,6 +21,10 @@ STEM_CHARS = 6  # crude stemming: a term matches words that start with its first
 TERM_CAP = 3  # one term counts at most this many times in a window
 BLOCK_CHARS = 600  # rarity of a term = in how many such blocks of the file it occurs
 SNAP_CHARS = 200  # how far a cut may move back to land on a line end
+# Excerpts are chosen from this much of a file's text at most: the cost of a search hit
+# or an ask must not grow with a 200 MB log (a longer text is cut there, and says so).
+SCAN_BYTES = 16 << 20
+CANDIDATES_PER_TERM = 2000  # window starts tried around one term's occurrences
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Function words of a few languages: they say nothing about where an answer is.
@@ -114,7 +118,8 @@ def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float]
     for stem, hits in occ.items():
         if only is not None and stem not in only:
             continue
-        for h in hits:
+        # A term on every line of a huge log: try evenly spread places, not all of them.
+        for h in hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]:
             if h < floor:
                 continue
             for lead in (size // 4, size // 2):

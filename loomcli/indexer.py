@@ -297,14 +297,15 @@ class Indexer:
         if item.ref.kind == "pdf":
             item.data = None  # the worker reads the file itself
             return True
-        assert item.data is not None
+        data, item.data = item.data, None
+        assert data is not None
         try:
-            doc = extract_note(item.data, item.ref.relpath)
+            doc = extract_note(data, item.ref.relpath)
         except ExtractionError as exc:
             self._store_failure(item, report, str(exc))
         else:
+            del data  # a huge note: hold its text, not its bytes too, while storing it
             self._store_doc(item, doc, report)
-        item.data = None
         return False
 
     def _fail(self, report: ScanReport, path: str, error: str) -> None:

@@ -248,11 +248,11 @@ class Corpus:
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len)
                     for h in found]
             if chars:
-                from loomcli.excerpt import excerpt
+                from loomcli.excerpt import SCAN_BYTES, excerpt
 
                 chars = max(EXCERPT_CHARS_MIN, chars)
                 for hit, h in zip(hits, found, strict=True):
-                    text = store.text_bytes(h.file_id).decode("utf-8", "replace")
+                    text = store.text_bytes(h.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
                     part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4))
                     hit.content, hit.truncated = part.text, part.cut
         return SearchResult(hits)

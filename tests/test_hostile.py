@@ -179,3 +179,56 @@ def test_watch_waits_for_another_scan_instead_of_quitting(notes, loom_home):
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "another loom scan is writing" in err and proc.returncode == 0
+
+
+def peak_rss_mb(*args: str) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Run `loom ARGS` in a fresh child: (seconds, its peak RSS in MB, the process)."""
+    probe = ("import json, resource, subprocess, sys, time\n"
+             "t = time.monotonic()\n"
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(json.dumps([time.monotonic() - t, resource.getrusage("
+             "resource.RUSAGE_CHILDREN).ru_maxrss / 1024, p.returncode, p.stdout, p.stderr]))")
+    out = subprocess.run([sys.executable, "-c", probe, *LOOM, *args], capture_output=True,
+                         text=True, env=os.environ, timeout=300, check=True).stdout
+    secs, mb, code, stdout, stderr = json.loads(out)
+    return secs, mb, subprocess.CompletedProcess(args, code, stdout, stderr)
+
+
+@pytest.fixture
+def huge_note(tmp_path, loom_home) -> Path:
+    """A 40 MB note on one line, the searched word all through it, and a 20,000-line log."""
+    import random
+
+    folder = tmp_path / "huge"
+    rng = random.Random(7)
+    words = ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit"]
+    write(folder / "one-line.md", "# One line\n" + " ".join(
+        rng.choice(words) for _ in range(6_500_000)))
+    write(folder / "app.log.md", "# app log\n" + "".join(
+        f"2026-03-{i % 28 + 1:02} ERROR disk quota exceeded on node {i}\n"
+        for i in range(20_000)))
+    loom("scan", str(folder))
+    return folder
+
+
+@pytest.mark.slow
+def test_search_and_get_cost_is_bounded_by_the_result(huge_note):
+    secs, mb, proc = peak_rss_mb("search", "lorem")
+    assert proc.returncode == 0 and proc.stdout.startswith("one-line.md")
+    assert secs < 3 and mb < 150, (secs, mb)
+    secs, mb, proc = peak_rss_mb("search", "disk", "quota")
+    assert proc.stdout.startswith("app.log.md") and secs < 3, secs
+    words = " ".join(f"word{i}" for i in range(6000))
+    secs, _, proc = peak_rss_mb("search", words)
+    assert proc.returncode == 1 and secs < 3, secs
+    secs, mb, proc = peak_rss_mb("get", "one-line.md", "--offset", "20000000", "--length", "20")
+    assert len(proc.stdout.encode()) <= 20 and mb < 80, mb  # reads the range, not the note
+
+
+@pytest.mark.slow
+def test_scanning_a_huge_note_holds_its_text_about_twice_at_most(tmp_path, loom_home):
+    folder = tmp_path / "big"
+    write(folder / "big.md", "# Big\n" + "lorem ipsum dolor sit amet\n" * 2_000_000)  # 54 MB
+    secs, mb, proc = peak_rss_mb("scan", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    assert mb < 300 + 2 * 54, mb  # the memory goal: 300 MB plus twice the text
