@@ -232,3 +232,29 @@ def test_scanning_a_huge_note_holds_its_text_about_twice_at_most(tmp_path, loom_
     secs, mb, proc = peak_rss_mb("scan", str(folder))
     assert proc.returncode == 0, proc.stderr
     assert mb < 300 + 2 * 54, mb  # the memory goal: 300 MB plus twice the text
+
+
+@pytest.mark.parametrize("engine", ["pdfium", "pypdf"])
+def test_a_pdf_bomb_fails_fast_within_the_worker_memory_limit(tmp_path, loom_home, engine,
+                                                              monkeypatch):
+    from .conftest import FIXTURES
+
+    folder = tmp_path / "downloads"
+    write(folder / "bomb.pdf", (FIXTURES / "hostile" / "pdf-bomb.pdf").read_bytes())
+    write(folder / "fine.md", "# Fine\nstill indexed\n")
+    monkeypatch.setenv("LOOM_PDF_ENGINE", engine)
+    started = time.monotonic()
+    report = json.loads(loom("scan", str(folder), "--json", check=1).stdout)
+    assert time.monotonic() - started < 20  # not the 50 s time limit
+    assert report["added"] == 1 and [e["path"] for e in report["errors"]] == ["bomb.pdf"]
+
+
+def test_a_pdf_with_more_text_than_the_cap_fails_with_a_reason(monkeypatch):
+    from loomcli.errors import ExtractionError
+    from loomcli.extract import pdf
+
+    from .conftest import FIXTURES
+
+    monkeypatch.setattr(pdf, "MAX_TEXT_BYTES", 100)
+    with pytest.raises(ExtractionError, match="holds more than"):
+        pdf.extract_pdf(str(FIXTURES / "notes" / "manuals" / "field-guide.pdf"))

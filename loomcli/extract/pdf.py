@@ -24,7 +24,16 @@ _ENCRYPTED = ExtractionError(
     "PDF is encrypted (password-protected)",
     "save an unprotected copy to index it",
 )
+# Text kept from one PDF at most: past it the file fails with a reason rather than fill
+# memory and the index (a 2,000-page manual holds about 6 MB).
+MAX_TEXT_BYTES = 64 << 20
 _JUNK_TITLES = {"", "untitled", "untitled document", "title", "document"}
+
+
+def _check_size(chars: int) -> None:
+    if chars > MAX_TEXT_BYTES:  # characters: at least as many bytes
+        raise ExtractionError(f"PDF holds more than {MAX_TEXT_BYTES >> 20} MB of text",
+                              "split it, or add it to .loomignore")
 
 
 def _clean(text: str) -> str:
@@ -87,11 +96,14 @@ def _with_pdfium(path: str) -> Extracted:
             "open it in a PDF viewer and save a repaired copy",
         ) from None
     try:
-        pages = []
+        pages: list[str] = []
+        chars = 0
         for i in range(len(pdf)):
             page = pdf[i]
             textpage = page.get_textpage()
             pages.append(textpage.get_text_bounded())
+            chars += len(pages[-1])
+            _check_size(chars)
             textpage.close()
             page.close()
         title = pdf.get_metadata_dict().get("Title")
@@ -117,7 +129,12 @@ def _with_pypdf(path: str) -> Extracted:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise _ENCRYPTED
-        pages = [page.extract_text() or "" for page in reader.pages]
+        pages: list[str] = []
+        chars = 0
+        for page in reader.pages:
+            pages.append(page.extract_text() or "")
+            chars += len(pages[-1])
+            _check_size(chars)
         meta = reader.metadata
         title = meta.title if meta else None
     except ExtractionError:

@@ -7,6 +7,7 @@ while the main process writes to SQLite.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -21,14 +22,34 @@ from loomcli.extract import Extracted
 
 BASE_TIMEOUT_S = 30.0
 TIMEOUT_S_PER_MB = 5.0
+# Address space of one worker: a PDF bomb (4 MB that inflates to 1 GB) reached 12 GB
+# across the worker tree before its time limit; with this cap it fails in a second.
+# Real manuals need far less (the 117-page sample peaks at 38 MB).
+WORKER_MEMORY = 512 << 20
 
 
 def timeout_for(size: int) -> float:
     return BASE_TIMEOUT_S + TIMEOUT_S_PER_MB * size / 1e6
 
 
+def _limit_memory() -> None:
+    try:
+        import resource
+    except ImportError:  # Windows: the time limit still applies
+        return
+    with contextlib.suppress(ValueError, OSError):  # a lower hard limit: keep it
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+
+
+def _too_big() -> ExtractionError:
+    return ExtractionError(f"PDF needs more than {WORKER_MEMORY >> 20} MB of memory to "
+                           "extract (a PDF bomb, or a damaged file)",
+                           "open it in a PDF viewer and save a repaired copy")
+
+
 def _worker(conn: Connection, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_memory()
     from loomcli.extract.pdf import extract_pdf
 
     while True:
@@ -48,7 +69,7 @@ def _worker(conn: Connection, parent: int) -> None:
         except ExtractionError as exc:
             result = ExtractionError(exc.message, exc.hint)
         except MemoryError:
-            result = ExtractionError("PDF needs more memory than is available to extract")
+            result = _too_big()
         except Exception as exc:  # a parser bug must not stop the scan
             result = ExtractionError(f"PDF extraction failed ({type(exc).__name__}: {exc})")
         conn.send((key, result))
@@ -130,7 +151,8 @@ def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = Non
                         slot.stop(kill=True)
                         slots[i] = _Slot(ctx)
                         yield key, ExtractionError(
-                            "the PDF library crashed on this file",
+                            "the PDF library crashed on this file (or needed more than "
+                            f"{WORKER_MEMORY >> 20} MB of memory)",
                             "open it in a PDF viewer and save a repaired copy",
                         )
                         continue
