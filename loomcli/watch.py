@@ -11,6 +11,7 @@ for; its files stay in the index until it is back and rescanned.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -99,7 +100,8 @@ class Watcher:
         self.scan(self.roots, initial=True)
         while not self.stop.is_set():
             # A returned root is announced here and rescanned at the watcher's first wake.
-            watched = [str(r) for r in self.roots if self._present(r)]
+            present = [r for r in self.roots if self._present(r)]
+            watched = [f for r in present for f in folders(r)]
             if config_path.parent.is_dir():
                 watched.append(str(config_path.parent))
             if not watched:
@@ -110,25 +112,40 @@ class Watcher:
                 for n, changes in enumerate(watchfiles.watch(
                         *watched, debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=self.stop,
                         rust_timeout=WAKE_MS, yield_on_timeout=True, raise_interrupt=False,
-                        watch_filter=None, ignore_permission_denied=True)):
+                        watch_filter=None, ignore_permission_denied=True, recursive=False)):
                     roots = self.affected(changes, config_path)
                     if n == 0:
                         # What changed between the last scan and this watcher's start sent
                         # no event: look once (a stat-only pass when nothing changed).
-                        roots = [r for r in self.roots if str(r) in watched]
+                        roots = present
+                    new_folder = any(Path(p).is_dir() for _, p in changes)
                     if roots:
                         self.scan(roots)
-                        if any(Path(p).is_dir() for _, p in changes):
+                        if new_folder:
                             # A new folder is watched only once its creation is seen: what
                             # was written into it before that sends no event. Look again.
                             self.stop.wait(NEW_FOLDER_RESCAN_S)
                             self.scan(roots)
+                    if new_folder:
+                        break  # watch the new folder too
                     # A root vanished or came back: restart watching with the new set.
-                    if any(not r.is_dir() for r in self.roots if str(r) in watched) or any(
+                    if any(not r.is_dir() for r in present) or any(
                             r.is_dir() for r in missing_before):
                         break
             except FileNotFoundError:
                 continue  # a watched folder vanished while starting; look again
+
+
+def folders(root: Path) -> list[str]:
+    """The root and every real folder below it, each watched on its own (not one
+    recursive watch, which would follow a symlink such as `x -> /` out of the root).
+    Hidden folders are skipped, as the scan skips them."""
+    out = [str(root)]
+    for dirpath, dirnames, _ in os.walk(root):  # never follows symlinks
+        dirnames[:] = [d for d in dirnames
+                       if not d.startswith(".") and not os.path.islink(os.path.join(dirpath, d))]
+        out += [os.path.join(dirpath, d) for d in dirnames]
+    return out
 
 
 def relevant(path: Path, root: Path, extensions: frozenset[str]) -> bool:

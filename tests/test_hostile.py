@@ -258,3 +258,41 @@ def test_a_pdf_with_more_text_than_the_cap_fails_with_a_reason(monkeypatch):
     monkeypatch.setattr(pdf, "MAX_TEXT_BYTES", 100)
     with pytest.raises(ExtractionError, match="holds more than"):
         pdf.extract_pdf(str(FIXTURES / "notes" / "manuals" / "field-guide.pdf"))
+
+
+def inotify_watches(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify":
+                count += open(f"/proc/{pid}/fdinfo/{fd}").read().count("inotify wd:")
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts inotify watches")
+def test_watch_never_follows_a_symlink_out_of_its_root(tmp_path, loom_home):
+    root = tmp_path / "notes"
+    write(root / "a.md", "# A\nalpha\n")
+    write(root / "sub" / "b.md", "# B\nbeta\n")
+    outside = tmp_path / "outside"
+    for i in range(200):
+        (outside / f"d{i}").mkdir(parents=True)
+    (root / "x").symlink_to(outside)
+    proc = subprocess.Popen([*LOOM, "watch", str(root), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["change"] == "scanned"
+        time.sleep(1)
+        watches = inotify_watches(proc.pid)
+        assert 2 <= watches < 10, watches  # notes, notes/sub and loom's home: not 200 more
+        write(outside / "d1" / "secret.md", "# Secret\n")
+        write(root / "sub" / "c.md", "# C\n")
+        event = json.loads(proc.stdout.readline())
+        assert (event["change"], event["path"]) == ("added", "sub/c.md")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert "secret" not in loom("files").stdout
