@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -82,6 +83,19 @@ def _out(text: str, end: str = "\n") -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         raise _StdoutClosed from None
+
+
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f"\\]')
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _shown(path: str) -> str:
+    """A path as a terminal or a line-based reader can trust: a name holding a newline,
+    an escape sequence or another control character is quoted C-style, as git quotes
+    paths ("a\\nb.md", "\\x1b[31m.md"). Plain names print as they are; --json is exact."""
+    if not _UNSAFE.search(path):
+        return path
+    return '"' + _UNSAFE.sub(lambda m: _ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}"), path) + '"'
 
 
 def _print_json(data: Any) -> None:
@@ -198,7 +212,7 @@ def scan(
         _print_json(report.to_dict())
     else:
         for e in report.errors:
-            _err(f"failed: {e['path']}: {e['error']}")
+            _err(f"failed: {_shown(e['path'])}: {e['error']}")
         _out(report.summary())
     raise typer.Exit(indexer.exit_code(report))
 
@@ -226,7 +240,7 @@ def search(
         _print_json(result.to_dict())
     else:
         for h in result.hits:
-            _out(f"{h.path}  [{h.score:.2f}]  {h.title}")
+            _out(f"{_shown(h.path)}  [{h.score:.2f}]  {h.title}")
             if h.snippet:
                 _out(f"    {_highlight(h.snippet)}")
         if not result.hits:
@@ -247,9 +261,9 @@ def files_cmd(
         return
     for f in result.files:
         if long:
-            _out(f"{f.kind:<4} {f.content_len:>9}  {f.path}  {f.title}")
+            _out(f"{f.kind:<4} {f.content_len:>9}  {_shown(f.path)}  {f.title}")
         else:
-            _out(f.path)
+            _out(_shown(f.path))
 
 
 @app.command()
@@ -323,9 +337,10 @@ def grep(
         out = []
         for m in result.matches:
             first = m.line - len(m.before)
-            out += [f"{m.path}-{first + i}-{line}" for i, line in enumerate(m.before)]
-            out.append(f"{m.path}:{m.line}:{m.offset}:{m.text}")
-            out += [f"{m.path}-{m.line + 1 + i}-{line}" for i, line in enumerate(m.after)]
+            shown = _shown(m.path)
+            out += [f"{shown}-{first + i}-{line}" for i, line in enumerate(m.before)]
+            out.append(f"{shown}:{m.line}:{m.offset}:{m.text}")
+            out += [f"{shown}-{m.line + 1 + i}-{line}" for i, line in enumerate(m.after)]
             if context:
                 out.append("--")
         if out:
@@ -372,9 +387,9 @@ def ask(
     titles = {u.path: u.title for u in result.used}
     lines = ["", "", "Sources:"]
     if result.citations:
-        lines += [f"  [{p}] {titles[p]}" for p in result.citations]
+        lines += [f"  [{_shown(p)}] {titles[p]}" for p in result.citations]
     else:
-        lines.append("  (none cited) sent: " + ", ".join(u.path for u in result.used))
+        lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
     _out("\n".join(lines))
 
 
@@ -416,7 +431,7 @@ def watch(
 
     def emit(event: dict[str, Any]) -> None:
         if event["change"] == "failed":
-            _err(f"failed: {event['path']}: {event['error']}")
+            _err(f"failed: {_shown(event['path'])}: {event['error']}")
         if as_json:
             line = json.dumps(event, ensure_ascii=False)
         elif event["change"] == "scanned":
@@ -425,11 +440,11 @@ def watch(
                     f"{r['moved']}, removed {r['removed']}, skipped {r['skipped']}, failed "
                     f"{r['failed']}; watching {event['roots']} folder(s), Ctrl-C to stop")
         elif event["change"] == "moved":
-            line = f"moved {event['from']} -> {event['path']}"
+            line = f"moved {_shown(event['from'])} -> {_shown(event['path'])}"
         elif event["change"] == "failed":
             return
         else:
-            line = f"{event['change']} {event['path']}"
+            line = f"{event['change']} {_shown(event['path'])}"
         _out(line)
 
     _corpus()  # a broken config fails here; its warnings are shown once

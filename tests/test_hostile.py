@@ -296,3 +296,17 @@ def test_watch_never_follows_a_symlink_out_of_its_root(tmp_path, loom_home):
         proc.terminate()
         proc.communicate(timeout=30)
     assert "secret" not in loom("files").stdout
+
+
+def test_odd_names_are_quoted_for_terminals_and_exact_in_json(tmp_path, loom_home):
+    root = tmp_path / "notes"
+    write(root / "two\nlines.md", "# Two\nneedle\n")
+    write(root / "\x1b[31mred.md", "# Red\nneedle\n")
+    write(root / "plain.md", "# Plain\nneedle\n")
+    loom("scan", str(root))
+    assert loom("files").stdout.splitlines() == ['"\\x1b[31mred.md"', "plain.md",
+                                                 '"two\\nlines.md"']
+    assert loom("grep", "needle").stdout.splitlines() == [
+        '"\\x1b[31mred.md":2:6:needle', "plain.md:2:8:needle", '"two\\nlines.md":2:6:needle']
+    exact = {f["path"] for f in json.loads(loom("files", "--json").stdout)["files"]}
+    assert exact == {"two\nlines.md", "\x1b[31mred.md", "plain.md"}
