@@ -6,6 +6,7 @@ imported inside the commands that need them, so `loom --help` starts fast.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -198,6 +199,9 @@ def scan(
         help="Folders to index (default: config notes_dirs, else the indexed roots).",
         show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Re-extract every file.")] = False,
+    rebuild: Annotated[bool, typer.Option(
+        "--rebuild", help="Start a new index (the old one is kept as <index>.damaged).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Index folders of notes and PDFs (incremental)."""
@@ -205,7 +209,8 @@ def scan(
 
     bar = _ProgressBar()
     try:
-        report = _corpus().scan(dirs or [], force=force, progress=bar, on_wait=_err)
+        report = _corpus().scan(dirs or [], force=force, rebuild=rebuild, progress=bar,
+                                on_wait=_err)
     finally:
         bar.clear()
     if as_json:
@@ -494,9 +499,13 @@ def main() -> NoReturn:
         # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = Exit.OK
-    except Exception as exc:  # a bug or the system (disk full…): one line, not a traceback
+    except Exception as exc:  # a bug or the system: one line, not a traceback
         if os.environ.get("LOOM_DEBUG"):
             raise
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            _err(f"no space left on the device ({exc.filename or 'writing'}) — free some "
+                 "space and run the command again")
+            sys.exit(int(Exit.ERROR))
         _err(f"internal error: {type(exc).__name__}: {exc} — rerun with LOOM_DEBUG=1 for "
              "the traceback and report it")
         code = Exit.ERROR

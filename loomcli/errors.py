@@ -61,5 +61,9 @@ class ProviderError(LoomError):
     """The LLM endpoint is unreachable or refused the request."""
 
 
+class IndexStateError(LoomError):
+    """The index file cannot be used as it is: damaged, foreign, newer, unwritable, full."""
+
+
 class BusyError(LoomError):
     """Another scan holds the index's write lock."""

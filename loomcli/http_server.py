@@ -38,6 +38,7 @@ from loomcli.errors import (
     ConfigError,
     IgnorePatternError,
     IndexMissingError,
+    IndexStateError,
     LoomError,
     ProviderError,
     QueryError,
@@ -52,7 +53,7 @@ IDLE_TIMEOUT_S = 5  # a connection with no request in flight is closed after thi
 GRACEFUL_SHUTDOWN_S = 30
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
           (IgnorePatternError, 422), (RootError, 422), (ProviderError, 502),
-          (ConfigError, 500)]
+          (ConfigError, 500), (IndexStateError, 500)]
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
 
 

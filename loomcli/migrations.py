@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from loomcli.errors import IndexStateError
+
 # BM25 column weights: a query word in a file's title counts this many times more than
 # one in its body (titles are short and say what the file is about).
 TITLE_WEIGHT = 4.0
@@ -59,6 +61,27 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
     """),
 ]
+
+
+def check_owner(conn: sqlite3.Connection, path: object) -> None:
+    """Refuse a database loom did not make, or one a newer loom has migrated further."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables:
+        return  # a new, empty file: loom's to fill
+    known = {name for name, _ in MIGRATIONS}
+    try:
+        done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+    except sqlite3.OperationalError:
+        done = set()
+    if not done & known:
+        raise IndexStateError(f"{path} is an SQLite database, but not a loom index",
+                              "set db_path (or LOOM_HOME) to another file; loom leaves this "
+                              "one alone")
+    if done - known:
+        raise IndexStateError(
+            f"the index at {path} was made by a newer loom (it has migration "
+            f"{max(done - known)})", "upgrade loom (pipx upgrade loom-index), or scan into "
+            "another index with a different db_path")
 
 
 def migrate(conn: sqlite3.Connection) -> None:

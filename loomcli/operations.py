@@ -230,10 +230,15 @@ class Corpus:
 
     @contextmanager
     def store(self, *, create: bool = False) -> Iterator[Store]:
-        from loomcli.store import Store
+        import sqlite3
+
+        from loomcli.store import Store, explain
 
         with Store.open(self.index_path, create=create) as store:
-            yield store
+            try:
+                yield store
+            except sqlite3.DatabaseError as exc:  # damaged, full, read-only: say what to do
+                raise explain(exc, self.index_path) from None
 
     # -- reading ------------------------------------------------------------------------
 
@@ -296,7 +301,7 @@ class Corpus:
 
     # -- writing ------------------------------------------------------------------------
 
-    def scan(self, dirs: Sequence[str | Path] = (), *, force: Any = False,
+    def scan(self, dirs: Sequence[str | Path] = (), *, force: Any = False, rebuild: Any = False,
              progress: Progress | None = None, on_wait: Callable[[str], None] | None = None,
              on_change: OnChange | None = None) -> ScanReport:
         """Index DIRs (else this corpus's roots, the config's notes_dirs, or the roots
@@ -305,7 +310,7 @@ class Corpus:
         from loomcli import indexer
 
         force = _bool("force", force)
-        roots = self.roots_for(dirs)
+        roots = self._set_aside(dirs) if _bool("rebuild", rebuild) else self.roots_for(dirs)
         with self.store(create=True) as store:
             return indexer.Indexer(store, self.config, progress=progress, on_wait=on_wait,
                                    on_change=on_change).scan(roots, force=force)
@@ -319,6 +324,23 @@ class Corpus:
             return indexer.resolve_roots(self.config, None, chosen)
         with self.store() as store:
             return indexer.resolve_roots(self.config, store, [])
+
+    def _set_aside(self, dirs: Sequence[str | Path]) -> list[Path]:
+        """For --rebuild: the folders to index, then the old index moved to
+        `<index>.damaged` (kept, not deleted) so the scan starts a new one."""
+        from loomcli.errors import IndexStateError, RootError
+
+        try:
+            roots = self.roots_for(dirs)
+        except IndexStateError:
+            raise RootError("the index is too damaged to tell which folders it held",
+                            "name them: loom scan --rebuild DIR...") from None
+        path = self.index_path
+        if path.exists():
+            path.replace(path.with_name(path.name + ".damaged"))
+        for suffix in ("-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return roots
 
     def forget(self, folder: str) -> int:
         """Drop an indexed folder and its files from the index; how many files went."""

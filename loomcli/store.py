@@ -18,9 +18,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from loomcli.errors import IndexMissingError
+from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
-from loomcli.migrations import migrate
+from loomcli.migrations import check_owner, migrate
 
 SNIPPET_START, SNIPPET_END = "\x02", "\x03"  # highlight markers, rendered by the edges
 SNIPPET_TOKENS = 16
@@ -74,6 +74,25 @@ class FileInfo:
     def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "title": self.title, "kind": self.kind,
                 "content_len": self.content_len, "indexed_at": self.indexed_at}
+
+
+def explain(exc: sqlite3.Error, path: Path | None) -> IndexStateError:
+    """SQLite's error as the one line a user can act on."""
+    where = f"the index at {path}" if path else "the index"
+    reason = str(exc)
+    if "full" in reason:
+        return IndexStateError(f"no space left to write {where} ({reason})",
+                               "free some space, then run the scan again (what was "
+                               "committed is consistent)")
+    if "malformed" in reason or "not a database" in reason or "corrupt" in reason:
+        return IndexStateError(f"{where} is damaged ({reason})",
+                               "rebuild it: loom scan --rebuild (your files are not touched)")
+    if "readonly" in reason or "unable to open" in reason:
+        return IndexStateError(f"cannot write {where} ({reason})",
+                               "check the permissions of its folder, or set db_path / "
+                               "LOOM_HOME elsewhere")
+    return IndexStateError(f"{where} cannot be used ({reason})",
+                           "if this persists, rebuild it: loom scan --rebuild")
 
 
 def utf8_len(text: str) -> int:
@@ -157,22 +176,37 @@ class Store:
     @classmethod
     def open(cls, path: Path, *, create: bool = False) -> Store:
         """Open the index; with create=False a missing index is a user error."""
+        if path.is_dir():
+            raise IndexStateError(f"the index path {path} is a folder",
+                                  "set db_path in the config to a file, e.g. ~/.loom/index.db")
         if not create and not path.exists():
             raise IndexMissingError(
                 f"no index at {path} yet", "run `loom scan DIR` to index a folder first"
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise IndexStateError(f"cannot create {path.parent}: {exc.strerror or exc}",
+                                  "make it writable, or point LOOM_HOME or db_path at a "
+                                  "folder you can write") from None
         conn = sqlite3.connect(path, isolation_level=None, timeout=30,
                                check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 30000")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA cache_size = -32000")
-        # Read through a memory map: a fresh `loom grep` reads every text once, and copying
-        # pages into SQLite's cache would cost more than the search itself.
-        conn.execute("PRAGMA mmap_size = 1073741824")
-        migrate(conn)
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            check_owner(conn, path)
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA cache_size = -32000")
+            # Read through a memory map: a fresh `loom grep` reads every text once, and
+            # copying pages into SQLite's cache would cost more than the search itself.
+            conn.execute("PRAGMA mmap_size = 1073741824")
+            migrate(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise explain(exc, path) from None
+            raise
         return cls(conn, path)
 
     def close(self) -> None:

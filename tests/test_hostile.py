@@ -265,7 +265,8 @@ def inotify_watches(pid: int) -> int:
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify":
-                count += open(f"/proc/{pid}/fdinfo/{fd}").read().count("inotify wd:")
+                with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                    count += info.read().count("inotify wd:")
         except OSError:
             continue
     return count
@@ -310,3 +311,87 @@ def test_odd_names_are_quoted_for_terminals_and_exact_in_json(tmp_path, loom_hom
         '"\\x1b[31mred.md":2:6:needle', "plain.md:2:8:needle", '"two\\nlines.md":2:6:needle']
     exact = {f["path"] for f in json.loads(loom("files", "--json").stdout)["files"]}
     assert exact == {"two\nlines.md", "\x1b[31mred.md", "plain.md"}
+
+
+# -- index state faults: each error says which file and what to do -------------------------
+
+def test_a_damaged_index_says_to_rebuild_and_rebuild_works(notes, loom_home):
+    loom("scan", str(notes))
+    db = loom_home / "index.db"
+    data = bytearray(db.read_bytes())
+    data[100:4100] = bytes(4000)  # wipe the schema page
+    db.write_bytes(bytes(data))
+    proc = loom("search", "warp", check=2)
+    assert proc.stderr == (f"loom: the index at {db} is damaged (database disk image is "
+                           "malformed) — rebuild it: loom scan --rebuild (your files are not "
+                           "touched)\n")
+    assert "name them: loom scan --rebuild DIR" in loom("scan", "--rebuild", check=2).stderr
+    report = json.loads(loom("scan", "--rebuild", str(notes), "--json").stdout)
+    assert report["added"] == 9 and (loom_home / "index.db.damaged").exists()
+    assert loom("search", "warp").stdout
+
+
+@pytest.mark.parametrize("case", ["folder", "foreign", "newer"])
+def test_an_index_loom_cannot_use_is_refused_with_what_to_do(notes, loom_home, tmp_path, case):
+    import sqlite3
+
+    db = tmp_path / "x.db"
+    if case == "folder":
+        db.mkdir()
+        want = f"loom: the index path {db} is a folder — set db_path in the config to a file"
+    elif case == "foreign":
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE invoices (n)")
+        conn.commit()
+        conn.close()
+        want = f"loom: {db} is an SQLite database, but not a loom index — set db_path"
+    else:
+        write(loom_home / "config.toml", f'db_path = "{db}"\n')
+        loom("scan", str(notes))
+        conn = sqlite3.connect(db)
+        conn.execute("INSERT INTO migrations VALUES ('999_future', 0)")
+        conn.commit()
+        conn.close()  # the last connection: the log is folded into the file
+        want = f"loom: the index at {db} was made by a newer loom (it has migration 999_future)"
+    before = db.read_bytes() if db.is_file() else None
+    write(loom_home / "config.toml", f'db_path = "{db}"\n')
+    proc = loom("scan", str(notes), check=2)
+    assert proc.stderr.startswith(want), proc.stderr
+    if before is not None:
+        assert db.read_bytes() == before  # loom added nothing to it
+
+
+def test_an_unwritable_loom_home_says_so(notes, tmp_path):
+    home = tmp_path / "locked-home"
+    home.mkdir()
+    run_as = as_user(notes)  # the user owns the notes, not the home
+    env = {**os.environ, "LOOM_HOME": str(home / "sub")}
+    proc = subprocess.run([*run_as, *LOOM, "scan", str(notes)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    if not run_as:
+        pytest.skip("runs as a normal user who owns the home folder")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"loom: cannot create {home / 'sub'}: Permission denied — make it "
+                           "writable, or point LOOM_HOME or db_path at a folder you can "
+                           "write\n")
+
+
+def test_a_full_disk_stops_the_scan_with_what_to_do(tmp_path):
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k",
+                                            "tmpfs", str(tiny)]).returncode != 0:
+        pytest.skip("needs root and tmpfs to make a small full disk")
+    try:
+        notes = tmp_path / "notes"
+        for i in range(40):
+            write(notes / f"n{i}.md", f"# Note {i}\n" + f"word{i} " * 20_000)
+        env = {**os.environ, "LOOM_HOME": str(tiny)}
+        proc = subprocess.run([*LOOM, "scan", str(notes)], capture_output=True, text=True,
+                              env=env, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"loom: no space left to write the index at "
+                                      f"{tiny / 'index.db'}"), proc.stderr
+        assert "free some space" in proc.stderr
+    finally:
+        subprocess.run(["umount", str(tiny)])
