@@ -36,8 +36,9 @@ GREPS = ["IRQF_ONESHOT", "EXPORT_SYMBOL_GPL", "CONFIG_DEBUG_KERNEL", "kmalloc_ar
 CLIENTS, PER_CLIENT = 50, 40
 
 
-def start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+def start(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], int]:
+    # `python -m loomcli` imports loom from its working folder first: cwd picks the version.
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, cwd=cwd)
     assert proc.stderr is not None
     line = proc.stderr.readline()
     m = re.search(r":(\d+)", line)
@@ -120,12 +121,9 @@ def main() -> None:
                     args.old], check=True, capture_output=True)
     results: dict[str, dict[str, dict[str, float]]] = {}
     try:
-        for name, cmd, extra in [
-                ("old (http.server)", [sys.executable, "-m", "loomcli", "serve", "--port", "0"],
-                 {"PYTHONPATH": str(old_tree)}),
-                ("new (uvicorn)", [sys.executable, "-m", "loomcli", "serve", "--port", "0"],
-                 {})]:
-            proc, port = start(cmd, {**env, **extra})
+        for name, tree in [("old (http.server)", old_tree), ("new (uvicorn)", ROOT)]:
+            proc, port = start([sys.executable, "-m", "loomcli", "serve", "--port", "0"], env,
+                               tree)
             try:
                 results[name] = {mode: load(port, mode == "keep-alive")
                                  for mode in ("keep-alive", "fresh")}
