@@ -391,3 +391,35 @@ def test_mcp_over_http_with_the_token(scanned_notes):
             assert exc.code == 401
     finally:
         s.stop()
+
+
+def test_a_port_in_use_says_to_choose_another(server):
+    port = server.url.rsplit(":", 1)[1]
+    proc = subprocess.run([*LOOM, "serve", "--port", port], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"loom: port {port} on 127.0.0.1 is already in use — choose "
+                           "another with --port (0 picks a free one)\n")
+
+
+def test_a_hostile_glob_does_not_hold_the_server(server, scanned_notes):
+    import threading
+    import time
+
+    write(scanned_notes / ("a" * 44 + ".md"), "# A\nneedle\n")
+    server.call("POST", "/scan", {})
+    slow: dict = {}
+
+    def hostile() -> None:
+        started = time.monotonic()
+        slow["reply"] = server.call("POST", "/grep", {"pattern": "needle",
+                                                      "glob": ["*?*?*?*?*?*?*?*?*?*?#"]})
+        slow["secs"] = time.monotonic() - started
+
+    thread = threading.Thread(target=hostile)
+    thread.start()
+    started = time.monotonic()
+    assert server.call("GET", "/healthz")[0] == 200
+    assert time.monotonic() - started < 1
+    thread.join(timeout=30)
+    assert slow["reply"][0] == 200 and slow["secs"] < 5
