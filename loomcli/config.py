@@ -46,6 +46,7 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "http.token_env": (str, "LOOM_HTTP_TOKEN"),
     "http.allowed_hosts": (list, []),
     "http.allowed_origins": (list, []),
+    "http.request_timeout_s": ((int, float), 60),
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
 TABLES = frozenset(key.partition(".")[0] for key in SCHEMA if "." in key)

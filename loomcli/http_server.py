@@ -274,10 +274,11 @@ class Api:
     def routes(self) -> list[Any]:
         from starlette.routing import Route
 
-        def post(operation: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+        def post(operation: Callable[[dict[str, Any]], Any], timed: bool = True
+                 ) -> Callable[..., Any]:
             async def endpoint(request: Any) -> Any:
                 data = await read_json(request)
-                return await self.respond(lambda: operation(data).to_dict())
+                return await self.respond(lambda: operation(data).to_dict(), timed=timed)
             return endpoint
 
         async def healthz(request: Any) -> Any:
@@ -303,14 +304,26 @@ class Api:
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),
             Route("/scan", post(lambda b: self.corpus(b.get("corpus")).scan(
-                force=b.get("force", False))), methods=["POST"]),
+                force=b.get("force", False)), timed=False), methods=["POST"]),
             Route("/ask", self.ask, methods=["POST"]),
         ]
 
-    async def respond(self, work: Callable[[], dict[str, Any]]) -> Any:
+    async def respond(self, work: Callable[[], dict[str, Any]], *, timed: bool = True) -> Any:
+        """Run the work in the pool; a read that overruns `[http] request_timeout_s` is
+        answered 503 and abandoned (its thread finishes on its own), so no request holds a
+        client for long. Scans and answers from the LLM are not timed."""
+        import anyio
         from starlette.responses import Response
 
-        payload = await self.run(work)
+        budget = self.load_config().get("http.request_timeout_s") if timed else None
+        try:
+            with anyio.fail_after(budget):
+                payload = await anyio.to_thread.run_sync(work, limiter=self.limiter,
+                                                         abandon_on_cancel=True)
+        except TimeoutError:
+            raise HttpError(503, f"the request took longer than {budget:g} s and was "
+                                 "stopped — narrow it (a path, a glob, a longer literal)",
+                            {"Retry-After": "1"}) from None
         return Response(_json_bytes(payload), media_type="application/json; charset=utf-8")
 
     async def ask(self, request: Any) -> Any:
@@ -321,7 +334,8 @@ class Api:
         corpus = self.corpus(data.get("corpus"))
         question, top_k = self.required(data, "question"), data.get("top_k")
         if not stream:
-            return await self.respond(lambda: corpus.ask(question, top_k).to_dict())
+            return await self.respond(lambda: corpus.ask(question, top_k).to_dict(),
+                                      timed=False)
         return await self.ask_stream(corpus, question, top_k)
 
     async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any) -> Any:

@@ -423,3 +423,19 @@ def test_a_hostile_glob_does_not_hold_the_server(server, scanned_notes):
     assert time.monotonic() - started < 1
     thread.join(timeout=30)
     assert slow["reply"][0] == 200 and slow["secs"] < 5
+
+
+def test_a_read_over_the_time_budget_is_answered_503(scanned_notes, loom_home):
+    write(scanned_notes / "big.md", "# Big\n" + "a line of ordinary words\n" * 200_000)
+    subprocess.run([*LOOM, "scan", str(scanned_notes)], check=True, capture_output=True)
+    write(loom_home / "config.toml", "[http]\nrequest_timeout_s = 0.001\n")
+    s = Server()
+    try:
+        status, body = s.call("POST", "/grep", {"pattern": "z[0-9]+q"})
+        assert status == 503 and "took longer than 0.001 s" in body["error"]
+        assert s.call("GET", "/healthz")[0] == 200
+        write(loom_home / "config.toml", "[http]\nrequest_timeout_s = 60\n")  # read per request
+        assert s.call("POST", "/grep", {"pattern": "z[0-9]+q"}) == (
+            200, {"matches": [], "truncated": False})
+    finally:
+        s.stop()
