@@ -34,6 +34,7 @@ SEARCHES = ["interrupt handler threaded", "memory barrier ordering", "how to con
 GREPS = ["IRQF_ONESHOT", "EXPORT_SYMBOL_GPL", "CONFIG_DEBUG_KERNEL", "kmalloc_array",
          "spin_lock_irqsave", "MODULE_LICENSE", "devm_request_irq", "wait_event_timeout"]
 CLIENTS, PER_CLIENT = 50, 40
+TIMEOUT_S = 15  # a request unanswered this long counts as failed
 
 
 def start(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], int]:
@@ -69,7 +70,7 @@ def load(port: int, keep_alive: bool) -> dict[str, float]:
             ok = False
             try:
                 if conn is None:
-                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
                 conn.request("POST", path, body=data, headers={
                     "Content-Type": "application/json",
                     "Connection": "keep-alive" if keep_alive else "close"})
