@@ -20,7 +20,7 @@ from typing import Any
 from loomcli import discover
 from loomcli.config import Config
 from loomcli.errors import BusyError, ExtractionError, RootError
-from loomcli.extract import Extracted, read_regular_file
+from loomcli.extract import Extracted, open_regular_file, read_regular_file
 from loomcli.extract.text import extract_note
 from loomcli.store import FileRow, Root, Store
 
@@ -59,6 +59,9 @@ class ScanReport:
 
 
 ACCESS_ERROR = "cannot read file"  # failures of this kind are retried on every scan
+
+
+STREAM_HASH_BYTES = 16 << 20  # larger indexed files are hashed in chunks before reading
 
 
 def digest(data: bytes) -> bytes:
@@ -313,7 +316,15 @@ class Indexer:
         report.errors.append({"path": path, "error": error})
 
     def _read(self, item: _Todo, report: ScanReport) -> bool:
+        """Read (and hash) a changed or new file. A large indexed file is hashed in chunks
+        first: when only its mtime changed, it is never held in memory."""
         try:
+            if item.row is not None and item.row.hash and item.ref.size > STREAM_HASH_BYTES:
+                with open_regular_file(item.ref.abspath) as fh:
+                    item.digest = hashlib.file_digest(
+                        fh, lambda: hashlib.blake2b(digest_size=16)).digest()
+                if item.digest == item.row.hash and not item.row.error:
+                    return True  # unchanged: _unchanged_or_moved skips it
             item.data = read_regular_file(item.ref.abspath)
         except OSError as exc:
             self._store_failure(item, report, f"{ACCESS_ERROR}: {exc.strerror or exc}")

@@ -395,3 +395,14 @@ def test_a_full_disk_stops_the_scan_with_what_to_do(tmp_path):
         assert "free some space" in proc.stderr
     finally:
         subprocess.run(["umount", str(tiny)])
+
+
+@pytest.mark.slow
+def test_a_touched_huge_note_is_hashed_in_chunks_not_held(tmp_path, loom_home):
+    folder = tmp_path / "big"
+    note = write(folder / "big.md", "# Big\n" + "lorem ipsum dolor sit amet\n" * 1_500_000)
+    loom("scan", str(folder))  # 40 MB
+    os.utime(note)  # a new mtime, the same bytes
+    secs, mb, proc = peak_rss_mb("scan", str(folder), "--json")
+    assert json.loads(proc.stdout)["skipped"] == 1
+    assert mb < 60, mb  # not the 40 MB text

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -17,15 +20,21 @@ class Extracted:
     engine: str = "text"
 
 
-def read_regular_file(path: str) -> bytes:
-    """The bytes of the file that was listed: a symlink or FIFO swapped in since is
+@contextmanager
+def open_regular_file(path: str) -> Iterator[io.BufferedReader]:
+    """The file that was listed, opened for reading: a symlink or FIFO swapped in since is
     refused (O_NOFOLLOW, O_NONBLOCK, then fstat), never followed or waited on."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                  | getattr(os, "O_BINARY", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file (changed since it was listed)")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
+        with open(fd, "rb", closefd=False) as fh:
+            yield fh
     finally:
         os.close(fd)
+
+
+def read_regular_file(path: str) -> bytes:
+    with open_regular_file(path) as fh:
+        return fh.read()
