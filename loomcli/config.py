@@ -10,7 +10,6 @@ unknown key is a warning naming the closest known one.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import tomllib
@@ -224,6 +223,8 @@ def _check_shape(path: Path, raw: Mapping[str, Any]) -> list[str]:
 
 
 def _unknown(path: Path, shown: str, name: str, known: list[str]) -> str:
+    import difflib  # only when a key is unknown: not on every command's start-up
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     hint = f" — did you mean {close[0]}?" if close else " — loom does not use it"
     return f"{path.name}: unknown key {shown}{hint}"

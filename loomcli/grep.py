@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomcli import ignore
 from loomcli.errors import QueryError
 from loomcli.operations import GREP_LIMIT
 from loomcli.store import Store
+from loomcli.trigrams import query_for
 
 RE2_MAX_MEM = 64 << 20
 LONG_LINE = 1000  # bytes: longer lines are trimmed around the match
@@ -128,7 +128,7 @@ def compile_pattern(pattern: str, case_sensitive: bool = False) -> Any:
         raise QueryError(f"invalid pattern {pattern!r}: {exc.reason}") from None
 
 
-def _selected(path: str, globs: list[ignore.Pattern]) -> bool:
+def _selected(path: str, globs: list[Any]) -> bool:
     """ripgrep's --glob: include what a glob matches, exclude what a `!glob` matches;
     with only exclusions, everything else is included. The last matching glob wins."""
     if not globs:
@@ -204,16 +204,29 @@ def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, in
 
 def grep(store: Store, pattern: str, *, path: str | None = None,
          globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
-         limit: int = GREP_LIMIT) -> GrepResult:
+         limit: int = GREP_LIMIT, indexed: bool = True) -> GrepResult:
     """Matching lines of every indexed file (or one, or those the globs select), at most
-    `limit`; operations.Corpus.grep checks the arguments first."""
+    `limit`; operations.Corpus.grep checks the arguments first.
+
+    With `indexed`, the trigram index narrows the files first to those holding every
+    trigram a match needs (trigrams.query_for); RE2 verifies them, so the answer is the
+    linear scan's, only faster. A pattern without a usable literal scans every file."""
     regex = compile_pattern(pattern, case_sensitive)
-    glob_patterns = ignore.parse_lines(globs, source="--glob")
+    glob_patterns: list[Any] = []
+    if globs:
+        from loomcli import ignore  # only with --glob
+
+        glob_patterns = ignore.parse_lines(globs, source="--glob")
     file_ids: list[int] | None = None
     if path is not None:
         file_ids = [store.resolve(path).id]
     elif glob_patterns:
         file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
+    match = query_for(pattern) if indexed and path is None else None
+    if match:
+        holding = set(store.candidates(match))
+        file_ids = [fid for fid in (holding if file_ids is None else file_ids)
+                    if fid in holding]
     matches: list[Match] = []
     for _fid, shown, buf, pages_json in store.iter_texts(file_ids):
         pages = json.loads(pages_json) if pages_json else None

@@ -304,13 +304,14 @@ class Store:
             f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,))}
 
     def _fts_delete(self, file_id: int) -> None:
-        old = self.conn.execute(
-            "SELECT f.title, d.body FROM files f JOIN docs d ON d.id = f.id WHERE f.id = ?",
-            (file_id,)).fetchone()
-        if old:
-            self.conn.execute(
-                "INSERT INTO fts (fts, rowid, title, body) VALUES ('delete', ?, ?, ?)",
-                (file_id, old[0], old[1]))
+        """Take a file's old text out of both indexes (FTS5 external content wants the
+        exact old values; SQLite reads them itself, Python never holds them)."""
+        self.conn.execute(
+            "INSERT INTO fts (fts, rowid, title, body) SELECT 'delete', id, title, body "
+            "FROM fts_source WHERE id = ?", (file_id,))
+        self.conn.execute(
+            "INSERT INTO grams (grams, rowid, body) SELECT 'delete', id, body FROM docs "
+            "WHERE id = ?", (file_id,))
 
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
                  digest: bytes, doc: Extracted) -> int:
@@ -333,6 +334,8 @@ class Store:
         doc.text = ""
         self.conn.execute("INSERT INTO fts (rowid, title, body) SELECT id, title, body "
                           "FROM fts_source WHERE id = ?", (file_id,))
+        self.conn.execute("INSERT INTO grams (rowid, body) SELECT id, body FROM docs "
+                          "WHERE id = ?", (file_id,))
 
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
                         doc: Extracted) -> None:
@@ -393,11 +396,13 @@ class Store:
     def check(self) -> None:
         """Raise sqlite3.DatabaseError if the FTS index disagrees with the stored text."""
         self.conn.execute("INSERT INTO fts (fts, rank) VALUES ('integrity-check', 1)")
+        self.conn.execute("INSERT INTO grams (grams, rank) VALUES ('integrity-check', 1)")
         self.conn.execute("PRAGMA integrity_check").fetchall()
 
     def optimize(self) -> None:
         """Merge FTS5 segments after a large change: smaller index, faster queries."""
         self.conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
+        self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
     # -- reading -----------------------------------------------------------------------
 
@@ -448,6 +453,12 @@ class Store:
                 return blob.read(-1 if length is None else length)
         except sqlite3.OperationalError:  # no such row: removed by a scan meanwhile
             return b""
+
+    def candidates(self, match: str) -> list[int]:
+        """Ids of the files whose text holds every trigram of a trigram MATCH expression
+        (trigrams.query_for): a superset of the files a pattern can match in."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT rowid FROM grams WHERE grams MATCH ?", (match,))]
 
     def pages(self, file_id: int) -> list[int] | None:
         row = self.conn.execute("SELECT pages FROM docs WHERE id = ?", (file_id,)).fetchone()

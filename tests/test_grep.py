@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -189,3 +190,88 @@ def test_cli_grep_context_output_like_grep(tmp_path, loom_home):
     out = subprocess.run([*LOOM, "grep", "-C", "1", "^(two|five)$"], capture_output=True,
                          text=True).stdout
     assert out == "a.md-1-one\na.md:2:4:two\na.md-3-three\n--\na.md-4-four\na.md:5:19:five\n"
+
+
+# -- the trigram prefilter: indexed answers equal the linear scan's ------------------------
+
+# Letters whose case folding differs between simple and full Unicode rules (Kelvin sign,
+# long s, dotted I, titlecase dž, sharp s), next to their ASCII look-alikes.
+TRICKY = "abcKkSsſ\u212aİiǅǆßé É-_1\n"
+SPECIAL = set(".^$*+?()[]{}|\\-")
+EXAMPLES = int(os.environ.get("LOOM_EXAMPLES", "300"))  # LOOM_EXAMPLES=3000 for a long run
+
+
+def literal(text: str) -> str:
+    return "".join("\\" + ch if ch in SPECIAL else ch for ch in text)
+
+
+REGEXES = st.recursive(
+    st.text(TRICKY.replace("\n", ""), min_size=1, max_size=6).map(literal),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map("".join),
+        st.tuples(inner, inner).map(lambda p: f"(?:{p[0]}|{p[1]})"),
+        st.tuples(inner, st.sampled_from(["?", "*", "+", "{1,2}"])).map(
+            lambda p: f"(?:{p[0]}){p[1]}"),
+        st.tuples(inner, st.sampled_from([".", r"\w", "[abc]", r"\s", "[^a]"]), inner).map(
+            "".join),
+    ),
+    max_leaves=6)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(texts=st.lists(st.text(TRICKY, max_size=80), min_size=1, max_size=5), pattern=REGEXES,
+       case_sensitive=st.booleans())
+def test_indexed_grep_equals_the_linear_scan(tmp_path_factory, texts, pattern, case_sensitive):
+    docs = {f"f{i}.md": t for i, t in enumerate(texts)}
+    store = make_store(tmp_path_factory.mktemp("t"), docs)
+    try:
+        fast = grep.grep(store, pattern, case_sensitive=case_sensitive, limit=500)
+        slow = grep.grep(store, pattern, case_sensitive=case_sensitive, limit=500,
+                         indexed=False)
+    finally:
+        store.close()
+    assert fast == slow
+
+
+def test_indexed_grep_reads_only_the_candidates(tmp_path):
+    docs = {f"n{i}.md": f"# Note {i}\nroutine words\n" for i in range(200)}
+    docs["hit.md"] = "# Hit\nthe flag IRQF_ONESHOT is set\n"
+    store = make_store(tmp_path, docs)
+    try:
+        from loomcli.trigrams import query_for
+
+        match = query_for("IRQF_ONESHOT")
+        assert match is not None
+        assert len(store.candidates(match)) == 1
+        result = grep.grep(store, "irqf_oneshot")  # case-insensitive by default
+        assert [(m.path, m.line) for m in result.matches] == [("hit.md", 2)]
+    finally:
+        store.close()
+
+
+def test_an_index_made_before_the_trigram_table_gets_one(tmp_path):
+    import sqlite3
+
+    from loomcli import migrations
+
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    real = migrations.MIGRATIONS
+    try:
+        migrations.MIGRATIONS = real[:1]  # what loom 0.1 created
+        migrations.migrate(conn)
+        conn.execute("INSERT INTO roots VALUES (1, '/n', 'n')")
+        conn.execute("INSERT INTO files (id, root_id, relpath, kind, size, mtime_ns, title, "
+                     "content_len, indexed_at) VALUES (1, 1, 'a.md', 'note', 1, 1, 'A', 22, 1)")
+        conn.execute("INSERT INTO docs VALUES (1, 'the code is FT-2026-0042', NULL)")
+        conn.execute("INSERT INTO fts (rowid, title, body) VALUES (1, 'A', "
+                     "'the code is FT-2026-0042')")
+    finally:
+        migrations.MIGRATIONS = real
+        conn.close()
+    store = Store.open(db)
+    try:
+        assert grep.grep(store, "FT-2026-[0-9]{4}").matches[0].offset == 12
+        store.check()
+    finally:
+        store.close()
