@@ -20,7 +20,7 @@ from typing import Any
 from loomcli import discover
 from loomcli.config import Config
 from loomcli.errors import BusyError, ExtractionError, RootError
-from loomcli.extract import Extracted, open_regular_file, read_regular_file
+from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
 from loomcli.extract.text import extract_note
 from loomcli.store import FileRow, Root, Store
 
@@ -56,9 +56,6 @@ class ScanReport:
         return (f"added {self.added}, updated {self.updated}, moved {self.moved}, "
                 f"removed {self.removed}, skipped {self.skipped}, failed {self.failed} "
                 f"in {self.duration_ms / 1000:.2f}s")
-
-
-ACCESS_ERROR = "cannot read file"  # failures of this kind are retried on every scan
 
 
 STREAM_HASH_BYTES = 16 << 20  # larger indexed files are hashed in chunks before reading

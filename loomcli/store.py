@@ -80,7 +80,7 @@ def explain(exc: sqlite3.Error, path: Path | None) -> IndexStateError:
     """SQLite's error as the one line a user can act on."""
     where = f"the index at {path}" if path else "the index"
     reason = str(exc)
-    if "full" in reason:
+    if "disk is full" in reason:
         return IndexStateError(f"no space left to write {where} ({reason})",
                                "free some space, then run the scan again (what was "
                                "committed is consistent)")

@@ -20,6 +20,10 @@ class Extracted:
     engine: str = "text"
 
 
+# The reason a file could not be read: such failures are retried on every scan.
+ACCESS_ERROR = "cannot read file"
+
+
 @contextmanager
 def open_regular_file(path: str) -> Iterator[io.BufferedReader]:
     """The file that was listed, opened for reading: a symlink or FIFO swapped in since is

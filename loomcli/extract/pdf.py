@@ -11,7 +11,7 @@ import re
 from pathlib import PurePath
 
 from loomcli.errors import ExtractionError
-from loomcli.extract import Extracted, read_regular_file
+from loomcli.extract import ACCESS_ERROR, Extracted, read_regular_file
 
 # Control characters PDF producers leave in text (pdfium marks soft hyphens with \x02);
 # tab, newline and form feed are kept.
@@ -154,7 +154,7 @@ def _read(path: str) -> bytes:
     try:
         return read_regular_file(path)
     except OSError as exc:
-        raise ExtractionError(f"cannot read file: {exc.strerror or exc}",
+        raise ExtractionError(f"{ACCESS_ERROR}: {exc.strerror or exc}",
                               "check its permissions") from None
 
 
