@@ -62,13 +62,20 @@ def terms(question: str) -> list[str]:
 
 
 def _occurrences(lower: str, stems: list[str]) -> dict[str, list[int]]:
+    """Where each stem starts a word, in one pass over the text for all stems. (Stems are
+    word characters only, so no word starts inside a match: nothing is skipped; at each
+    match every stem that starts there is counted, a shorter one inside a longer too.)"""
+    if not stems:
+        return {}
+    ordered = sorted(stems, key=len, reverse=True)
+    rx = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, ordered)) + ")")
     found: dict[str, list[int]] = {}
-    for stem in stems:
-        rx = re.compile(r"(?<!\w)" + re.escape(stem))
-        hits = [m.start() for m in rx.finditer(lower)]
-        if hits:
-            found[stem] = hits
-    return found
+    for m in rx.finditer(lower):
+        pos = m.start()
+        for stem in ordered:
+            if lower.startswith(stem, pos):
+                found.setdefault(stem, []).append(pos)
+    return {stem: found[stem] for stem in stems if stem in found}
 
 
 def _weights(occ: dict[str, list[int]], length: int) -> dict[str, float]:
