@@ -136,3 +136,21 @@ def test_pdf_paths_with_odd_names(tmp_path: Path):
     shutil.copy(FIXTURES / "notes/manuals/release-notes.pdf", odd)
     [(key, result)] = list(extract_pdfs([("k", str(odd), odd.stat().st_size)]))
     assert isinstance(result, Extracted) and "E-4471" in result.text
+
+
+# Made once with iconv from UTF-8 originals (fixtures/encodings/README.md).
+@pytest.mark.parametrize("name,expected", [
+    ("notes-cp1251.txt", "Натяжение основы нужно проверять каждое утро"),
+    ("notes-shift-jis.txt", "毎朝、作業を始める前に経糸の張りを確認してください。"),
+    ("notes-gb18030.txt", "每天早上开始工作之前，请检查经线的张力。"),
+    ("notes-utf16le-nobom.txt", "Check the warp tension every morning."),
+    ("notes-utf16be-nobom.txt", "Натяжение основы нужно проверять каждое утро"),
+])
+def test_notes_in_any_common_encoding_read_back_as_the_right_characters(name, expected):
+    doc = extract_note((FIXTURES / "encodings" / name).read_bytes(), name)
+    assert expected in doc.text and "FT-2026-031" in doc.text and "\ufffd" not in doc.text
+
+
+def test_western_text_that_several_codepages_fit_is_read_as_cp1252():
+    text = "Crêpes de la Chandeleur: farine, œufs, lait — à déguster.\n"
+    assert extract_note(text.encode("cp1252"), "c.txt").text == text

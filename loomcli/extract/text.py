@@ -23,16 +23,29 @@ _ADOC_TITLE = re.compile(r"^=[ \t]+(.+)$", re.M)
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.]){3,}[ \t]*$")
 
 
+DETECT_BYTES = 1 << 20  # the encoding is guessed from this much of a file
+# When several single-byte encodings read a text equally well (French in cp1250 and
+# cp1252 both look clean to a detector), the Western European one is the likelier note.
+_PREFERRED = ("cp1252", "latin_1")
+
+
 def decode(data: bytes) -> str:
-    """Decode a note; raise ExtractionError for binary content."""
+    """Decode a note in any common encoding; raise ExtractionError for binary content.
+
+    BOMs first; then UTF-16 without a BOM (half its bytes are NUL); then UTF-8, the fast
+    path for nearly every note; then charset-normalizer's guess (Cyrillic cp1251,
+    Shift-JIS, GB18030 …) from the first MB; Windows-1252 as the last resort."""
     for bom, codec in _BOMS:
         if data.startswith(bom):
             return data[len(bom):].decode(codec, errors="replace")
     if b"\0" in data:
-        raise ExtractionError(
-            "binary file (contains NUL bytes), not text",
-            "remove it or add it to .loomignore",
-        )
+        text = _utf16_without_bom(data)
+        if text is None:
+            raise ExtractionError(
+                "binary file (contains NUL bytes), not text",
+                "remove it or add it to .loomignore",
+            )
+        return text
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -42,8 +55,48 @@ def decode(data: bytes) -> str:
     non_ascii = sum(1 for ch in text if ord(ch) > 127) - bad
     if non_ascii >= bad:
         return text  # mostly UTF-8 with a few broken bytes: keep it, bytes replaced
-    # A legacy 8-bit encoding (Latin-1, Windows-1252): every byte is a character.
-    return data.decode("cp1252", errors="replace")
+    return data.decode(_guess(data[:DETECT_BYTES]), errors="replace")
+
+
+def _utf16_without_bom(data: bytes) -> str | None:
+    """UTF-16 text without a BOM: a Latin script has a NUL in every other byte; for
+    others the detector decides. Anything else with NUL bytes is binary."""
+    sample = data[:4096]
+    pairs = len(sample) // 2
+    if pairs < 2 or len(data) % 2:
+        return None
+    odd = sample[1::2].count(0) / pairs
+    even = sample[0::2].count(0) / pairs
+    codec = ("utf-16-le" if odd > 0.4 > even * 4 else
+             "utf-16-be" if even > 0.4 > odd * 4 else None)
+    if codec is None:  # another script (Cyrillic: 04xx): let the detector say
+        if len(data) < 256:  # too little to tell text from binary: binary, as before
+            return None
+        guess = _guess(data[:DETECT_BYTES])
+        if not guess.startswith(("utf_16", "utf_32")):
+            return None
+        codec = guess
+    try:
+        text = data.decode(codec)
+    except UnicodeDecodeError:
+        return None
+    controls = sum(1 for ch in text[:4096] if not ch.isprintable() and ch not in "\t\n\r\f")
+    return text if controls <= len(text[:4096]) // 100 else None
+
+
+def _guess(sample: bytes) -> str:
+    from charset_normalizer import from_bytes
+
+    matches = list(from_bytes(sample))
+    if not matches:
+        return "cp1252"
+    best = matches[0]
+    for preferred in _PREFERRED:
+        for m in matches:
+            if (m.encoding == preferred and m.chaos <= best.chaos + 0.01
+                    and m.coherence >= best.coherence - 0.01):
+                return preferred
+    return str(best.encoding)
 
 
 def title_of(text: str, relpath: str) -> str:
