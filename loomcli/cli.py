@@ -283,7 +283,8 @@ def status(as_json: JsonOpt = False) -> None:
     _out(f"index:  {st.index} ({data['index_bytes'] / 1e6:.1f} MB)")
     for r in data["roots"]:
         _out(f"root:   {r['name']} = {r['path']}")
-    _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs), "
+    _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs, "
+         f"{data['documents']} other documents), "
                f"{data['failed']} failed, {data['text_bytes'] / 1e6:.1f} MB of text")
     _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
     last = data["last_scan"]

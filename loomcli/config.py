@@ -121,9 +121,10 @@ class Config:
 
     @property
     def extensions(self) -> frozenset[str]:
+        from loomcli.discover import DOCUMENTS
+
         exts = {e.lower().lstrip(".") for e in self.get("extensions")}
-        exts.add("pdf")
-        return frozenset(exts)
+        return frozenset(exts | DOCUMENTS.keys())
 
     def set(self, key: str, value: Any) -> None:
         """Set a dotted key (validated like a loaded one) and save the file, keeping

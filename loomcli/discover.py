@@ -24,7 +24,7 @@ class FileRef:
     abspath: str
     size: int
     mtime_ns: int
-    kind: str  # "note" | "pdf"
+    kind: str  # "note", or a document kind: "pdf", "html", "docx", "odt", "pptx", "epub"
 
 
 @dataclass
@@ -39,10 +39,15 @@ class Discovery:
     bad_names: list[str] = field(default_factory=list)
 
 
+# Documents: always indexed, extracted in worker processes. Extension -> kind.
+DOCUMENTS = {"pdf": "pdf", "html": "html", "htm": "html", "docx": "docx", "odt": "odt",
+             "pptx": "pptx", "epub": "epub"}
+
+
 def kind_of(name: str, extensions: frozenset[str]) -> str | None:
     ext = name.rpartition(".")[2].lower() if "." in name else ""
-    if ext == "pdf":
-        return "pdf"
+    if ext in DOCUMENTS:
+        return DOCUMENTS[ext]
     return "note" if ext in extensions else None
 
 

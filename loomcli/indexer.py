@@ -242,25 +242,26 @@ class Indexer:
                 vanished_ids[row.id] = row
 
         batch = _Batch(store, self.clock)
-        pdfs: list[_Todo] = []
+        documents: list[_Todo] = []  # extracted by the workers, after the notes
         total = len(todo)
         done = 0
         try:
             for item in todo:
                 done += 1
                 if self.progress:
-                    self.progress(done - len(pdfs), total, item.ref.relpath)
+                    self.progress(done - len(documents), total, item.ref.relpath)
                 with batch.file():
                     if self._note_or_defer(item, report, vanished, vanished_ids, force):
-                        pdfs.append(item)
-            if pdfs:
-                from loomcli.extract.pool import extract_pdfs
+                        documents.append(item)
+            if documents:
+                from loomcli.extract.pool import extract_documents
 
                 batch.commit()  # the notes are done: make them searchable now
-                jobs = [(i, item.ref.abspath, item.ref.size) for i, item in enumerate(pdfs)]
-                finished = total - len(pdfs)
-                for i, result in extract_pdfs(jobs):
-                    item = pdfs[i]
+                jobs = [(i, item.ref.abspath, item.ref.size)
+                        for i, item in enumerate(documents)]
+                finished = total - len(documents)
+                for i, result in extract_documents(jobs):
+                    item = documents[i]
                     finished += 1
                     if self.progress:
                         self.progress(finished, total, item.ref.relpath)
@@ -289,12 +290,13 @@ class Indexer:
     def _note_or_defer(self, item: _Todo, report: ScanReport,
                        vanished: dict[bytes | None, list[FileRow]],
                        vanished_ids: dict[int, FileRow], force: bool) -> bool:
-        """Handle one changed or new file; True when it is a PDF left for the workers."""
+        """Handle one changed or new file; True when it is a document left for the
+        workers (a PDF, web page, office file or e-book)."""
         if not self._read(item, report):
             return False
         if self._unchanged_or_moved(item, report, vanished, vanished_ids, force):
             return False
-        if item.ref.kind == "pdf":
+        if item.ref.kind != "note":
             item.data = None  # the worker reads the file itself
             return True
         data, item.data = item.data, None

@@ -295,7 +295,8 @@ class Corpus:
             with self.store() as store:
                 out.counts = store.status()
         else:
-            out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "failed": 0,
+            out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "documents": 0,
+                          "failed": 0,
                           "text_bytes": 0, "index_bytes": 0, "last_scan": None}
         return out
 

@@ -497,6 +497,8 @@ class Store:
             "files": sum(counts.values()),
             "notes": counts.get("note", 0),
             "pdfs": counts.get("pdf", 0),
+            # web pages, office documents and e-books
+            "documents": sum(n for kind, n in counts.items() if kind not in ("note", "pdf")),
             "failed": failed,
             "text_bytes": text_bytes,
             "index_bytes": size,

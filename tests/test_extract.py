@@ -9,7 +9,7 @@ import pytest
 
 from loomcli.errors import ExtractionError
 from loomcli.extract import Extracted, pdf
-from loomcli.extract.pool import extract_pdfs
+from loomcli.extract.pool import extract_documents
 from loomcli.extract.text import decode, extract_note, title_of
 
 from .conftest import FIXTURES, PDF_SAMPLES
@@ -88,7 +88,7 @@ def test_shared_corpus_every_pdf_indexed_or_explained(engine, tmp_path):
     files = sorted(copies.rglob("*.pdf"))
     assert len(files) >= 28
     jobs = [(str(p.relative_to(copies)), str(p), p.stat().st_size) for p in files]
-    results = dict(extract_pdfs(jobs))
+    results = dict(extract_documents(jobs))
     assert set(results) == {key for key, _, _ in jobs}
     for key, result in results.items():
         expected = EXPECTED_FAILURES.get(key[:3])
@@ -112,7 +112,7 @@ def test_a_pdf_over_its_time_limit_is_stopped_and_the_pool_goes_on(tmp_path):
     slow = next(PDF_SAMPLES.glob("009-*/*.pdf"))
     quick = FIXTURES / "notes/manuals/release-notes.pdf"
     jobs = [("slow", str(slow), 1), ("quick", str(quick), 0)]
-    results = dict(extract_pdfs(jobs, workers=1,
+    results = dict(extract_documents(jobs, workers=1,
                                 limit=lambda size: 0.0005 if size else 30.0))
     assert isinstance(results["slow"], ExtractionError)
     assert "was stopped" in str(results["slow"])
@@ -134,7 +134,7 @@ def test_extraction_error_survives_the_worker_pipe():
 def test_pdf_paths_with_odd_names(tmp_path: Path):
     odd = tmp_path / "ünï cödé (1).pdf"
     shutil.copy(FIXTURES / "notes/manuals/release-notes.pdf", odd)
-    [(key, result)] = list(extract_pdfs([("k", str(odd), odd.stat().st_size)]))
+    [(key, result)] = list(extract_documents([("k", str(odd), odd.stat().st_size)]))
     assert isinstance(result, Extracted) and "E-4471" in result.text
 
 

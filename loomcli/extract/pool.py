@@ -1,4 +1,5 @@
-"""Run PDF extraction in worker processes, with a time limit per file.
+"""Run document extraction (PDF, HTML, office, e-book) in worker processes, with a time
+and memory limit per file.
 
 A PDF can make any parser loop or crawl; a worker that overruns its limit is killed
 and replaced, and the file is reported as failed. Workers also use the second core
@@ -42,15 +43,15 @@ def _limit_memory() -> None:
 
 
 def _too_big() -> ExtractionError:
-    return ExtractionError(f"PDF needs more than {WORKER_MEMORY >> 20} MB of memory to "
-                           "extract (a PDF bomb, or a damaged file)",
+    return ExtractionError(f"the file needs more than {WORKER_MEMORY >> 20} MB of memory to "
+                           "extract (a PDF or ZIP bomb, or a damaged file)",
                            "open it in a PDF viewer and save a repaired copy")
 
 
 def _worker(conn: Connection, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory()
-    from loomcli.extract.pdf import extract_pdf
+    from loomcli.extract.documents import extract_file
 
     while True:
         # Wake up now and then: a worker whose scan was killed (kill -9) must not linger.
@@ -65,13 +66,13 @@ def _worker(conn: Connection, parent: int) -> None:
             return
         key, path = job
         try:
-            result: Any = extract_pdf(path)
+            result: Any = extract_file(path)
         except ExtractionError as exc:
             result = ExtractionError(exc.message, exc.hint)
         except MemoryError:
             result = _too_big()
         except Exception as exc:  # a parser bug must not stop the scan
-            result = ExtractionError(f"PDF extraction failed ({type(exc).__name__}: {exc})")
+            result = ExtractionError(f"extraction failed ({type(exc).__name__}: {exc})")
         conn.send((key, result))
 
 
@@ -81,7 +82,7 @@ def _context() -> Any:
     # forkserver starts clean workers quickly where it exists; spawn elsewhere.
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["loomcli.extract.pdf"])
+        ctx.set_forkserver_preload(["loomcli.extract.pdf", "loomcli.extract.documents"])
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -109,7 +110,7 @@ class _Slot:
         self.conn.close()
 
 
-def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None,
+def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None,
                  limit: Callable[[int], float] = timeout_for,
                  ) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
     """Extract (key, path, size) jobs; yield (key, result) as each finishes.
@@ -151,7 +152,7 @@ def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = Non
                         slot.stop(kill=True)
                         slots[i] = _Slot(ctx)
                         yield key, ExtractionError(
-                            "the PDF library crashed on this file (or needed more than "
+                            "the extraction library crashed on this file (or needed more than "
                             f"{WORKER_MEMORY >> 20} MB of memory)",
                             "open it in a PDF viewer and save a repaired copy",
                         )
@@ -162,7 +163,7 @@ def extract_pdfs(jobs: Iterable[tuple[Any, str, int]], workers: int | None = Non
                     slot.stop(kill=True)
                     slots[i] = _Slot(ctx)
                     yield key, ExtractionError(
-                        f"PDF extraction took longer than {limit(size_of[key]):.0f}s and "
+                        f"extraction took longer than {limit(size_of[key]):.0f}s and "
                         "was stopped",
                         "the file may be pathological; add it to .loomignore",
                     )
