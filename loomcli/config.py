@@ -42,6 +42,8 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "embeddings.model": (str, None),
     "embeddings.endpoint": (str, None),
     "embeddings.api_key_env": (str, None),
+    "ocr.enabled": (bool, None),  # None: on when Tesseract is installed
+    "ocr.languages": (str, None),  # None: every language Tesseract has, e.g. "eng+ita"
     "http.token_env": (str, "LOOM_HTTP_TOKEN"),
     "http.allowed_hosts": (list, []),
     "http.allowed_origins": (list, []),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from loomcli import ignore
 from loomcli.errors import IgnorePatternError, RootError
+from loomcli.extract import IMAGES
 
 IGNORE_FILE = ".loomignore"
 
@@ -48,6 +49,8 @@ def kind_of(name: str, extensions: frozenset[str]) -> str | None:
     ext = name.rpartition(".")[2].lower() if "." in name else ""
     if ext in DOCUMENTS:
         return DOCUMENTS[ext]
+    if ext in IMAGES:
+        return "image" if ext in extensions else None  # screenshots only when asked
     return "note" if ext in extensions else None
 
 

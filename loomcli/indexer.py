@@ -254,13 +254,16 @@ class Indexer:
                     if self._note_or_defer(item, report, vanished, vanished_ids, force):
                         documents.append(item)
             if documents:
+                from loomcli.extract.ocr import settings as ocr_settings
                 from loomcli.extract.pool import extract_documents
 
                 batch.commit()  # the notes are done: make them searchable now
                 jobs = [(i, item.ref.abspath, item.ref.size)
                         for i, item in enumerate(documents)]
                 finished = total - len(documents)
-                for i, result in extract_documents(jobs):
+                ocr = ocr_settings(self.config.get("ocr.enabled"),
+                                   self.config.get("ocr.languages"))
+                for i, result in extract_documents(jobs, ocr=ocr):
                     item = documents[i]
                     finished += 1
                     if self.progress:

@@ -287,10 +287,13 @@ class Corpus:
             return FileList(store.list_files())
 
     def status(self) -> Status:
-        from loomcli.extract import pdf
+        from loomcli.extract import ocr, pdf
 
+        reader = ocr.settings(self.config.get("ocr.enabled"), self.config.get("ocr.languages"))
         out = Status(str(self.config.path), self.config.exists, str(self.index_path),
-                     engines={"pdf": pdf.engine()})
+                     engines={"pdf": pdf.engine(),
+                              "ocr": f"tesseract {reader.languages}" if reader.enabled
+                              else "off"})
         if self.index_path.exists():
             with self.store() as store:
                 out.counts = store.status()

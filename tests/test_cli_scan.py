@@ -38,16 +38,18 @@ def test_scan_json_report_keys_and_exit_codes(notes):
     assert human.stdout.count("\n") == 1 and human.stderr == ""
 
 
-def test_failures_exit_1_with_reasons_on_stderr(tmp_path):
+def test_failures_exit_1_with_reasons_on_stderr(tmp_path, loom_home):
     import shutil
 
     from .conftest import FIXTURES
+    write(loom_home / "config.toml", "[ocr]\nenabled = false\n")  # as without Tesseract
     bad = tmp_path / "bad"
     shutil.copytree(FIXTURES / "bad", bad)
     proc = loom("scan", str(bad), check=1)
     assert proc.stdout.startswith("added 1, updated 0, moved 0, removed 0, skipped 0, failed 3")
     assert "loom: failed: truncated.pdf: damaged or unsupported PDF" in proc.stderr
-    assert "loom: failed: scanned-receipt.pdf: PDF has no text layer" in proc.stderr
+    assert ("loom: failed: scanned-receipt.pdf: PDF has no text layer (scanned or "
+            "image-only pages) — install Tesseract to read scanned pages") in proc.stderr
 
 
 def index_bytes(db: Path) -> bytes:

@@ -20,6 +20,9 @@ class Extracted:
     engine: str = "text"
 
 
+# Image files: indexed through OCR, only when listed in `extensions`.
+IMAGES = frozenset({"png", "jpg", "jpeg", "tif", "tiff"})
+
 # The reason a file could not be read: such failures are retried on every scan.
 ACCESS_ERROR = "cannot read file"
 

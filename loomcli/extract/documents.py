@@ -14,12 +14,14 @@ from __future__ import annotations
 import posixpath
 import re
 import zipfile
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
 from xml.etree import ElementTree
 
 from loomcli.errors import ExtractionError
-from loomcli.extract import Extracted, read_regular_file
+from loomcli.extract import IMAGES, Extracted, read_regular_file
+from loomcli.extract.ocr import INSTALL_HINT, OcrSettings, recognise
 
 MAX_MEMBER_BYTES = 64 << 20  # one XML part of a document, uncompressed
 
@@ -247,10 +249,18 @@ def extract_document(path: str) -> Extracted:
                               "open it in its program and save a repaired copy") from None
 
 
-def extract_file(path: str) -> Extracted:
-    """What the extraction workers run: a PDF or any other document, by extension."""
-    if path.lower().endswith(".pdf"):
+def extract_file(path: str, ocr: OcrSettings | None = None,
+                 on_ocr_page: Callable[[], None] | None = None) -> Extracted:
+    """What the extraction workers run: a PDF, an image or another document.
+    `on_ocr_page` is called after each page OCR recognised (the pool's heartbeat)."""
+    kind = path.rpartition(".")[2].lower()
+    if kind == "pdf":
         from loomcli.extract.pdf import extract_pdf
 
-        return extract_pdf(path)
+        return extract_pdf(path, ocr, on_ocr_page)
+    if kind in IMAGES:
+        if ocr is None or not ocr.enabled:
+            raise ExtractionError("an image needs OCR to be indexed", INSTALL_HINT)
+        text = recognise(read_regular_file(path), languages=ocr.languages)
+        return _finish(text if text.strip() else "", PurePosixPath(path).stem, path, "image")
     return extract_document(path)

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import PurePath
+from typing import Any
 
 from loomcli.errors import ExtractionError
 from loomcli.extract import ACCESS_ERROR, Extracted, read_regular_file
+from loomcli.extract.ocr import INSTALL_HINT, OCR_DPI, OcrSettings, pgm, recognise
 
 # Control characters PDF producers leave in text (pdfium marks soft hyphens with \x02);
 # tab, newline and form feed are kept.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f\ufffe\uffff]")
-_NO_TEXT = ExtractionError(
-    "PDF has no text layer (scanned or image-only pages)",
-    "loom does not OCR; run it through OCR (e.g. ocrmypdf) to index it",
-)
+def _no_text(ocr_on: bool) -> ExtractionError:
+    if ocr_on:
+        return ExtractionError("PDF has no text, and OCR found none on its pages",
+                               "check [ocr] languages, or that the scan is legible")
+    return ExtractionError("PDF has no text layer (scanned or image-only pages)",
+                           INSTALL_HINT)
 _ENCRYPTED = ExtractionError(
     "PDF is encrypted (password-protected)",
     "save an unprotected copy to index it",
@@ -66,11 +71,12 @@ def _title(meta_title: str | None, text: str, path: str) -> str:
     return PurePath(path).stem
 
 
-def _finish(pages: list[str], meta_title: str | None, path: str, engine: str) -> Extracted:
+def _finish(pages: list[str], meta_title: str | None, path: str, engine: str,
+            ocr_on: bool = False) -> Extracted:
     pages = [_clean(p) for p in pages]
     text, offsets = _join(pages)
     if not text.strip():
-        raise _NO_TEXT
+        raise _no_text(ocr_on)
     return Extracted(text=text, title=_title(meta_title, text, path), pages=offsets,
                      engine=engine)
 
@@ -81,7 +87,8 @@ def _pdfium_reason(msg: str) -> str:
     return inner.group(1) if inner else msg
 
 
-def _with_pdfium(path: str) -> Extracted:
+def _with_pdfium(path: str, ocr: OcrSettings | None = None,
+                 on_ocr_page: Callable[[], None] | None = None) -> Extracted:
     import pypdfium2 as pdfium
 
     data = _read(path)
@@ -102,6 +109,10 @@ def _with_pdfium(path: str) -> Extracted:
             page = pdf[i]
             textpage = page.get_textpage()
             pages.append(textpage.get_text_bounded())
+            if ocr is not None and ocr.enabled and not pages[-1].strip():
+                pages[-1] = _ocr_page(page, ocr)  # a scanned page: read its picture
+                if on_ocr_page:
+                    on_ocr_page()
             chars += len(pages[-1])
             _check_size(chars)
             textpage.close()
@@ -112,7 +123,16 @@ def _with_pdfium(path: str) -> Extracted:
                               "open it in a PDF viewer and save a repaired copy") from None
     finally:
         pdf.close()
-    return _finish(pages, title, path, "pdfium")
+    return _finish(pages, title, path, "pdfium", bool(ocr and ocr.enabled))
+
+
+def _ocr_page(page: Any, ocr: OcrSettings) -> str:
+    bitmap = page.render(scale=OCR_DPI / 72, grayscale=True)
+    try:
+        image = pgm(bitmap.width, bitmap.height, bitmap.stride, bytes(bitmap.buffer))
+    finally:
+        bitmap.close()
+    return recognise(image, languages=ocr.languages)
 
 
 def _with_pypdf(path: str) -> Extracted:
@@ -168,5 +188,8 @@ def engine() -> str:
     return "pdfium"
 
 
-def extract_pdf(path: str) -> Extracted:
-    return _with_pdfium(path) if engine() == "pdfium" else _with_pypdf(path)
+def extract_pdf(path: str, ocr: OcrSettings | None = None,
+                on_ocr_page: Callable[[], None] | None = None) -> Extracted:
+    """Text page by page; with OCR on, pages without text are recognised (PDFium renders
+    them; the pypdf fallback cannot render, so it reads text layers only)."""
+    return _with_pdfium(path, ocr, on_ocr_page) if engine() == "pdfium" else _with_pypdf(path)

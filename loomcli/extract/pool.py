@@ -20,6 +20,7 @@ from typing import Any
 
 from loomcli.errors import ExtractionError
 from loomcli.extract import Extracted
+from loomcli.extract.ocr import OcrSettings
 
 BASE_TIMEOUT_S = 30.0
 TIMEOUT_S_PER_MB = 5.0
@@ -27,6 +28,10 @@ TIMEOUT_S_PER_MB = 5.0
 # across the worker tree before its time limit; with this cap it fails in a second.
 # Real manuals need far less (the 117-page sample peaks at 38 MB).
 WORKER_MEMORY = 512 << 20
+# A page recognised by OCR moves the file's deadline to this long from then: a scanned
+# book may take minutes, but no single page more than this.
+OCR_PAGE_S = 60.0
+PAGE_DONE = "page done"  # a worker's heartbeat between OCR pages
 
 
 def timeout_for(size: int) -> float:
@@ -64,9 +69,13 @@ def _worker(conn: Connection, parent: int) -> None:
             return
         if job is None:
             return
-        key, path = job
+        key, path, ocr = job
+
+        def page_recognised(key: Any = key) -> None:
+            conn.send((key, PAGE_DONE))  # OCR is slow: each page earns its own time
+
         try:
-            result: Any = extract_file(path)
+            result: Any = extract_file(path, ocr, page_recognised)
         except ExtractionError as exc:
             result = ExtractionError(exc.message, exc.hint)
         except MemoryError:
@@ -111,11 +120,13 @@ class _Slot:
 
 
 def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None,
-                 limit: Callable[[int], float] = timeout_for,
-                 ) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
+                      limit: Callable[[int], float] = timeout_for,
+                      ocr: OcrSettings | None = None,
+                      ) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
     """Extract (key, path, size) jobs; yield (key, result) as each finishes.
 
-    `limit(size)` is the time a file of that many bytes may take.
+    `limit(size)` is the time a file of that many bytes may take; `ocr` says whether and
+    in which languages pages without text are recognised.
     """
     pending = deque(jobs)
     size_of = {key: size for key, _, size in pending}
@@ -131,12 +142,12 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                     key, path, size = pending.popleft()
                     slot.job = (key, path, time.monotonic() + limit(size))
                     try:
-                        slot.conn.send((key, path))
+                        slot.conn.send((key, path, ocr))
                     except OSError:  # the worker died: replace it and retry once
                         slot.stop(kill=True)
                         slots[i] = slot = _Slot(ctx)
                         slot.job = (key, path, time.monotonic() + limit(size))
-                        slot.conn.send((key, path))
+                        slot.conn.send((key, path, ocr))
             busy = [s for s in slots if s.job]
             deadline = min(s.job[2] for s in busy if s.job)
             ready = wait([s.conn for s in busy], timeout=max(0.0, deadline - time.monotonic()))
@@ -147,6 +158,9 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                 if slot.conn in ready:
                     try:
                         got_key, result = slot.conn.recv()
+                        if isinstance(result, str) and result == PAGE_DONE:
+                            slot.job = (key, path, time.monotonic() + OCR_PAGE_S)
+                            continue
                     except (EOFError, OSError):
                         # The worker died (a crash in the PDF library, or out of memory).
                         slot.stop(kill=True)

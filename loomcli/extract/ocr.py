@@ -1,0 +1,75 @@
+"""Scanned pages and images as text, through Tesseract (`tesseract` on PATH).
+
+PDF pages without a text layer are rendered by PDFium at OCR_DPI in grey and handed to
+Tesseract as a PGM image on stdin; image files are handed over by path. Runs inside the
+extraction workers, so the pool's time and memory limits hold. Without Tesseract, nothing
+here runs and an image-only PDF fails saying how to install it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from loomcli.errors import ExtractionError
+
+OCR_DPI = 300  # Tesseract's own advice for body text; 200 dpi lost small print
+INSTALL_HINT = ("install Tesseract to read scanned pages (Debian/Ubuntu: apt install "
+                "tesseract-ocr; macOS: brew install tesseract), or run the file through "
+                "ocrmypdf")
+
+
+@dataclass(frozen=True)
+class OcrSettings:
+    """What the workers need to know: picklable, decided once per scan from config."""
+
+    enabled: bool
+    languages: str  # Tesseract's form: "eng+ita"
+
+
+def installed_languages() -> list[str]:
+    exe = shutil.which("tesseract")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--list-langs"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines()[1:]
+            if line.strip() and line.strip() != "osd"]
+
+
+def settings(enabled: bool | None, languages: str | None) -> OcrSettings:
+    """From `[ocr] enabled` (default: on when Tesseract is found) and `languages`
+    (default: every installed language but osd)."""
+    found = installed_languages()
+    if enabled is False or not found:
+        return OcrSettings(False, "")
+    return OcrSettings(True, languages or "+".join(found))
+
+
+def recognise(image: bytes, *, languages: str, timeout: float = 120) -> str:
+    """Tesseract's text for an image (PGM, PNG, JPEG, TIFF …) given on its stdin."""
+    exe = shutil.which("tesseract")
+    if exe is None:
+        raise ExtractionError("Tesseract is not installed", INSTALL_HINT)
+    try:
+        proc = subprocess.run([exe, "stdin", "stdout", "-l", languages, "--psm", "3"],
+                              input=image, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ExtractionError(f"OCR took longer than {timeout:.0f}s and was stopped",
+                              "the image may be huge; add it to .loomignore") from None
+    if proc.returncode != 0:
+        reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ExtractionError(f"OCR failed ({reason[-1] if reason else proc.returncode})",
+                              "check [ocr] languages against `tesseract --list-langs`")
+    return proc.stdout.decode("utf-8", "replace").replace("\f", "").rstrip() + "\n"
+
+
+def pgm(width: int, height: int, stride: int, buffer: bytes) -> bytes:
+    """A grey bitmap as a binary PGM image (rows without their stride padding)."""
+    rows = buffer if stride == width else b"".join(
+        buffer[y * stride:y * stride + width] for y in range(height))
+    return b"P5\n%d %d\n255\n" % (width, height) + rows

@@ -1,0 +1,87 @@
+"""Scanned pages and images through Tesseract (installed by .ci/run where apt-get can)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from loomcli.extract.ocr import installed_languages
+
+from .conftest import FIXTURES, write
+
+LOOM = [sys.executable, "-m", "loomcli"]
+sys.path.insert(0, str(FIXTURES))
+from make_fixtures import MIXED, SCANNED_LETTER, _content, scan_of  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not {"eng", "ita"} <= set(installed_languages()),
+    reason="Tesseract with English and Italian is not installed (Debian: apt install "
+           "tesseract-ocr tesseract-ocr-eng tesseract-ocr-ita; .ci/run does this)")
+
+
+def loom(*args: str, check: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*LOOM, *args], capture_output=True, text=True, env=os.environ,
+                          timeout=300)
+    assert proc.returncode == check, proc.stderr
+    return proc
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[\w'-]+", text.lower())
+
+
+def recall(known: str, got: str) -> float:
+    want, have = words(known), set(words(got))
+    return sum(w in have for w in want) / len(want)
+
+
+def test_a_scanned_letter_is_read_with_its_pages_and_languages(tmp_path, loom_home):
+    folder = tmp_path / "scans"
+    shutil.copytree(FIXTURES / "ocr", folder)
+    write(loom_home / "config.toml", '[ocr]\nlanguages = "eng+ita"\n')
+    report = json.loads(loom("scan", str(folder), "--json").stdout)
+    assert (report["added"], report["failed"]) == (2, 0)
+    letter = loom("get", "scanned-letter.pdf").stdout
+    known = "\n".join("\n".join(page) for page in SCANNED_LETTER)
+    assert recall(known, letter) >= 0.95
+    matches = json.loads(loom("grep", "FT-2026-07[0-9]{2}", "--json").stdout)["matches"]
+    assert sorted((m["path"], m["page"], m["text"][-13:]) for m in matches) == [
+        ("mixed-manual.pdf", 2, "from 2019 on."),
+        ("scanned-letter.pdf", 1, "FT-2026-0777."),
+        ("scanned-letter.pdf", 2, "FT-2026-0778."),
+    ]
+    manual = loom("get", "mixed-manual.pdf").stdout
+    assert recall("\n".join("\n".join(p) for p in MIXED), manual) >= 0.95
+
+
+def png(scan) -> bytes:
+    rows = b"".join(b"\x00" + scan.pixels[y * scan.width:(y + 1) * scan.width]
+                    for y in range(scan.height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", scan.width,
+                                                             scan.height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_images_are_indexed_only_when_listed_in_extensions(tmp_path, loom_home):
+    folder = tmp_path / "shots"
+    write(folder / "receipt.png", png(scan_of(_content(SCANNED_LETTER[0]))))
+    write(folder / "note.md", "# Note\nplain\n")
+    report = json.loads(loom("scan", str(folder), "--json").stdout)
+    assert report["added"] == 1  # screenshots are not indexed unless asked
+    write(loom_home / "config.toml", 'extensions = ["md", "png"]\n')
+    report = json.loads(loom("scan", str(folder), "--json").stdout)
+    assert report["added"] == 1 and report["failed"] == 0
+    assert loom("grep", "FT-2026-0777").stdout.startswith("receipt.png:")
