@@ -109,7 +109,7 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
             page = pdf[i]
             textpage = page.get_textpage()
             pages.append(textpage.get_text_bounded())
-            if ocr is not None and ocr.enabled and not pages[-1].strip():
+            if ocr is not None and ocr.enabled and not pages[-1].strip() and _has_image(page):
                 pages[-1] = _ocr_page(page, ocr)  # a scanned page: read its picture
                 if on_ocr_page:
                     on_ocr_page()
@@ -124,6 +124,14 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
     finally:
         pdf.close()
     return _finish(pages, title, path, "pdfium", bool(ocr and ocr.enabled))
+
+
+def _has_image(page: Any) -> bool:
+    """A page without text is worth OCR only if it shows a picture (a blank separator
+    page or a vector drawing is not a scan)."""
+    import pypdfium2.raw as pdfium_c
+
+    return next(iter(page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE])), None) is not None
 
 
 def _ocr_page(page: Any, ocr: OcrSettings) -> str:

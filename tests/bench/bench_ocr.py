@@ -1,6 +1,7 @@
 """OCR: `loom scan` of scanned pages against Tesseract run directly on the same pages.
 
     python tests/bench/bench_ocr.py [--pages 20]
+    python tests/bench/bench_ocr.py --dpi-sweep      (how OCR_DPI was chosen)
 
 Prints pages of known text (paragraphs of this project's docs) with the fixtures' PDF
 writer, scans them at 300 dpi into an image-only PDF, then (1) runs `tesseract` on each
@@ -40,7 +41,11 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=20)
+    ap.add_argument("--dpi-sweep", action="store_true")
     args = ap.parse_args()
+    if args.dpi_sweep:
+        dpi_sweep()
+        return
     prose = " ".join((ROOT / "docs" / "reference.md").read_text().split())
     prose = re.sub(r"[`*|\\]", "", prose).encode("cp1252", "ignore").decode("cp1252")
     lines = textwrap.wrap(prose, 80)
@@ -73,6 +78,31 @@ def main() -> None:
     print(f"loom scan (render + tesseract in the worker): {t_loom:.1f} s "
           f"({n / t_loom:.2f} pages/s), word recall {recall(known, got):.3f}; "
           f"ratio {t_loom / t_direct:.2f}x")
+
+
+def dpi_sweep() -> None:
+    """Word recall and time of rendering resolutions on the fixtures' letter and manual
+    pages, printed at 6, 8 and 11 pt."""
+    import pypdfium2 as pdfium
+    from make_fixtures import MIXED, SCANNED_LETTER, _content, build_pdf
+
+    from loomcli.extract.ocr import pgm
+
+    pages = SCANNED_LETTER + MIXED
+    known = words("\n".join("\n".join(p) for p in pages))
+    for size in (6, 8, 11):
+        for dpi in (150, 200, 300):
+            started, got = time.perf_counter(), ""
+            for lines in pages:
+                content = _content(lines).replace(b"/F1 11 Tf 14 TL",
+                                                  b"/F1 %d Tf %d TL" % (size, size + 3))
+                page = pdfium.PdfDocument(build_pdf([content]))[0]
+                bitmap = page.render(scale=dpi / 72, grayscale=True)
+                image = pgm(bitmap.width, bitmap.height, bitmap.stride, bytes(bitmap.buffer))
+                got += subprocess.run(["tesseract", "stdin", "stdout", "-l", "eng+ita"],
+                                      input=image, capture_output=True).stdout.decode()
+            print(f"{size:>2} pt at {dpi} dpi: word recall {recall(known, got):.3f}, "
+                  f"{time.perf_counter() - started:.1f} s for {len(pages)} pages")
 
 
 if __name__ == "__main__":
