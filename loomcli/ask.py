@@ -14,7 +14,9 @@ from typing import Any
 
 from loomcli.excerpt import SCAN_BYTES, STOPWORDS, excerpt
 from loomcli.providers import Provider
-from loomcli.store import Store
+from loomcli.store import Hit, Store
+
+Near = Callable[[int, str], list[tuple[int, int, float]]]
 
 INSTRUCTIONS = """\
 You answer questions from the user's own notes. Use only the notes given below; do not \
@@ -41,6 +43,7 @@ class Prompt:
     system: str
     user: str
     used: list[UsedFile]
+    warnings: list[str] = field(default_factory=list)  # e.g. search by meaning failed
 
     def render(self) -> str:
         """Exactly what is sent, as `--show-context` prints it."""
@@ -52,10 +55,14 @@ class Answer:
     answer: str
     citations: list[str]
     used: list[UsedFile]
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"answer": self.answer, "citations": self.citations,
-                "used": [u.to_dict() for u in self.used]}
+        out: dict[str, Any] = {"answer": self.answer, "citations": self.citations,
+                               "used": [u.to_dict() for u in self.used]}
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
 
 
 def retrieval_query(question: str) -> str:
@@ -67,10 +74,10 @@ def question_block(question: str) -> str:
     return f"Question: {question.strip()}\n"
 
 
-def build_prompt(store: Store, question: str, *, top_k: int, budget: int, head_chars: int
-                 ) -> Prompt | None:
-    """The prompt for `question`, or None when no indexed file matches it."""
-    hits = store.search(retrieval_query(question), top_k * 2, operator="OR")
+def build_prompt(store: Store, question: str, hits: list[Hit], *, top_k: int, budget: int,
+                 head_chars: int, near: Near | None = None) -> Prompt | None:
+    """The prompt for `question` over the ranked `hits` (None when there are none).
+    `near(file id, text)`: the file's passages scored by meaning, when it has vectors."""
     blocks: list[str] = []
     used: list[UsedFile] = []
     seen_hashes: set[bytes] = set()
@@ -83,7 +90,8 @@ def build_prompt(store: Store, question: str, *, top_k: int, budget: int, head_c
             continue  # the same content under another path: send it once
         header = f"## [{hit.path}] {hit.title}".rstrip()[: budget // 2] + "\n"
         text = store.text_bytes(hit.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
-        part = excerpt(text, question, budget - len(header) - 1, head_chars)
+        part = excerpt(text, question, budget - len(header) - 1, head_chars,
+                       near=near(hit.file_id, text) if near else None)
         key = " ".join(part.text.split())
         if key in seen_texts:
             continue  # a near-duplicate: the same excerpt would be sent twice
@@ -118,4 +126,4 @@ def answer(prompt: Prompt, provider: Provider,
         if on_text:
             on_text(piece)
     text = "".join(pieces)
-    return Answer(text, citations(text, prompt.used), prompt.used)
+    return Answer(text, citations(text, prompt.used), prompt.used, prompt.warnings)

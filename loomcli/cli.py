@@ -36,6 +36,9 @@ config_app = typer.Typer(help="Show or change config.toml.", no_args_is_help=Tru
 app.add_typer(config_app, name="config")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (stable keys).")]
+ModeOpt = Annotated[str | None, typer.Option(
+    "--mode", help="auto (hybrid when embeddings are on, else bm25) | bm25 | semantic | "
+    "hybrid.", show_default=False)]
 
 
 class State:
@@ -218,6 +221,9 @@ def scan(
     else:
         for e in report.errors:
             _err(f"failed: {_shown(e['path'])}: {e['error']}")
+        if report.vectors and report.vectors["error"]:
+            _err(f"warning: vectors not made ({report.vectors['error']}); the text is "
+                 "indexed and the next scan tries again")
         _out(report.summary())
     raise typer.Exit(indexer.exit_code(report))
 
@@ -365,6 +371,7 @@ def ask(
         show_default=False)] = None,
     show_context: Annotated[bool, typer.Option(
         "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
+    mode: ModeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
@@ -373,7 +380,9 @@ def ask(
     if not text:
         raise LoomError("the question is empty", 'ask something: loom ask "…"')
     if show_context:
-        prompt = corpus.prompt(text, top_k)
+        prompt = corpus.prompt(text, top_k, mode)
+        for warning in prompt.warnings if prompt else ():
+            _err(f"warning: {warning}")
         if prompt is None:
             _err("no indexed file matches the question; nothing would be sent")
             raise typer.Exit(1)
@@ -383,7 +392,8 @@ def ask(
     def stream(piece: str) -> None:
         _out(piece, end="")
 
-    result = corpus.ask(text, top_k, on_text=None if as_json else stream)
+    result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
+                        on_warning=lambda w: _err(f"warning: {w}"))
     if not result.used:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         raise typer.Exit(1)

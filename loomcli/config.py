@@ -42,6 +42,7 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "embeddings.model": (str, None),
     "embeddings.endpoint": (str, None),
     "embeddings.api_key_env": (str, None),
+    "embeddings.timeout_s": ((int, float), 60),
     "ocr.enabled": (bool, None),  # None: on when Tesseract is installed
     "ocr.languages": (str, None),  # None: every language Tesseract has, e.g. "eng+ita"
     "http.token_env": (str, "LOOM_HTTP_TOKEN"),
@@ -50,6 +51,7 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "http.request_timeout_s": ((int, float), 60),
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
+EMBEDDING_PROVIDERS = ("local", "ollama", "openai")
 TABLES = frozenset(key.partition(".")[0] for key in SCHEMA if "." in key)
 TOP_KEYS = frozenset(key for key in SCHEMA if "." not in key)
 
@@ -72,7 +74,8 @@ file_budget_chars = 8000
 head_chars = 1200
 
 [embeddings]
-enabled = false
+enabled = false            # true: search and ask also by meaning (needs loom-index[semantic])
+# provider = "local"       # "local" (built in, offline) | "ollama" | "openai"
 
 [http]
 token_env = "LOOM_HTTP_TOKEN"
@@ -203,6 +206,9 @@ def _check(path: Path, key: str, value: Any) -> None:
         raise ConfigError(
             f"{path}: key 'llm.provider' must be one of {', '.join(PROVIDERS)}, got {value!r}"
         )
+    if key == "embeddings.provider" and value not in EMBEDDING_PROVIDERS:
+        raise ConfigError(f"{path}: key 'embeddings.provider' must be one of "
+                          f"{', '.join(EMBEDDING_PROVIDERS)}, got {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool) and (
             not math.isfinite(value) or value <= 0):
         raise ConfigError(f"{path}: key {key!r} must be a positive number, got {value}")

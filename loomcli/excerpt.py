@@ -25,6 +25,7 @@ SNAP_CHARS = 200  # how far a cut may move back to land on a line end
 # or an ask must not grow with a 200 MB log (a longer text is cut there, and says so).
 SCAN_BYTES = 16 << 20
 CANDIDATES_PER_TERM = 2000  # window starts tried around one term's occurrences
+SEMANTIC_SHARE = 1.0  # closest passage vs all question terms: chosen on the eval set
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Function words of a few languages: they say nothing about where an answer is.
@@ -117,33 +118,69 @@ def _snap_start(text: str, start: int, floor: int) -> int:
     return nl + 1 if nl >= 0 else start
 
 
+class _Meaning:
+    """Passages of the file scored by similarity to the question (from its vectors),
+    rescaled to 0..1 within the file and weighed like the lexical score's full value."""
+
+    def __init__(self, near: list[tuple[int, int, float]], weights: dict[str, float]
+                 ) -> None:
+        sims = [s for _, _, s in near]
+        lo, hi = (min(sims), max(sims)) if sims else (0.0, 0.0)
+        spread = hi - lo or 1.0
+        self.passages = sorted((a, b, (s - lo) / spread) for a, b, s in near)
+        # A window holding the closest passage gains as much as one holding every
+        # question term once: the two kinds of evidence count alike.
+        self.weight = SEMANTIC_SHARE * (sum(weights.values()) or 1.0)
+
+    def best_starts(self, count: int = 5) -> list[int]:
+        return [a for a, _, _ in sorted(self.passages, key=lambda p: -p[2])[:count]]
+
+    def score(self, start: int, end: int) -> float:
+        """The best rescaled similarity of a passage mostly inside [start, end)."""
+        best = 0.0
+        for a, b, s in self.passages:
+            if a >= end:
+                break
+            if s > best and min(b, end) - max(a, start) >= (b - a) / 2:
+                best = s
+        return best * self.weight
+
+
 def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float],
-                 floor: int, size: int, only: set[str] | None = None
-                 ) -> tuple[float, int, int, set[str]]:
+                 floor: int, size: int, only: set[str] | None = None,
+                 meaning: _Meaning | None = None) -> tuple[float, int, int, set[str]]:
     best = (0.0, floor, min(len(text), floor + size), set[str]())
     seen: set[int] = set()
+    places: list[int] = []
     for stem, hits in occ.items():
-        if only is not None and stem not in only:
+        if only is None or stem in only:
+            # A term on every line of a huge log: try evenly spread places, not all.
+            places += hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]
+    if meaning is not None and only is None:
+        places += meaning.best_starts()
+    for h in places:
+        if h < floor:
             continue
-        # A term on every line of a huge log: try evenly spread places, not all of them.
-        for h in hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]:
-            if h < floor:
+        for lead in (size // 4, size // 2):
+            start = _snap_start(text, max(floor, h - lead), floor)
+            start = min(start, max(floor, len(text) - size))
+            if start in seen:
                 continue
-            for lead in (size // 4, size // 2):
-                start = _snap_start(text, max(floor, h - lead), floor)
-                start = min(start, max(floor, len(text) - size))
-                if start in seen:
-                    continue
-                seen.add(start)
-                end = _snap_end(text, start + size, start + size // 2)
-                score, present = _score(occ, weights, start, end, only)
-                if score > best[0]:
-                    best = (score, start, end, present)
+            seen.add(start)
+            end = _snap_end(text, start + size, start + size // 2)
+            score, present = _score(occ, weights, start, end, only)
+            if meaning is not None and only is None:
+                score += meaning.score(start, end)
+            if score > best[0]:
+                best = (score, start, end, present)
     return best
 
 
-def excerpt(text: str, question: str, budget: int, head_chars: int = 1200) -> Excerpt:
-    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s)."""
+def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
+            near: list[tuple[int, int, float]] | None = None) -> Excerpt:
+    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s).
+    `near`: the file's passages as (start char, end char, similarity to the question),
+    when it has vectors: the window then also goes where the meaning is closest."""
     if len(text) <= budget:
         return Excerpt(text, [(0, len(text))], cut=False)
     head_end = _snap_end(text, min(head_chars, budget // 4), min(head_chars, budget // 4) // 2)
@@ -152,22 +189,26 @@ def excerpt(text: str, question: str, budget: int, head_chars: int = 1200) -> Ex
     occ = {s: [h for h in hits if h >= head_end] for s, hits in occ.items()}
     occ = {s: hits for s, hits in occ.items() if hits}
     room = budget - len(head) - 2 * len(MARK)
-    if not occ or room <= 0:
+    near = [p for p in near or () if p[0] >= head_end]
+    if (not occ and not near) or room <= 0:
         end = _snap_end(text, budget - len(MARK), budget // 2)
         return Excerpt(text[:end] + MARK.rstrip("\n"), [(0, end)], cut=True)
     weights = _weights(occ, len(text))
-    score, start, end, present = _best_window(text, occ, weights, head_end, room)
+    meaning = _Meaning(near, weights) if near else None
+    score, start, end, present = _best_window(text, occ, weights, head_end, room,
+                                              meaning=meaning)
     windows = [(start, end)]
     missing = set(occ) - present
     if missing and room >= 1200:
         # Two half windows: the best one for all terms, then the best for what it lacks.
         half = (room - len(MARK)) // 2
-        s1, a1, b1, p1 = _best_window(text, occ, weights, head_end, half)
+        s1, a1, b1, p1 = _best_window(text, occ, weights, head_end, half, meaning=meaning)
         rest = set(occ) - p1
         if rest:
             s2, a2, b2, _ = _best_window(text, occ, weights, head_end, half, only=rest)
             if s2 > 0 and (b2 <= a1 or a2 >= b1):
                 pair_score, _ = _score(occ, weights, a1, b1)
+                pair_score += meaning.score(a1, b1) if meaning else 0.0
                 pair_score += _score(occ, weights, a2, b2, only=rest)[0]
                 if pair_score > score:
                     windows = sorted([(a1, b1), (a2, b2)])

@@ -295,7 +295,7 @@ class Api:
             Route("/files", files, methods=["GET"]),
             Route("/search", post(lambda b: self.corpus(b.get("corpus")).search(
                 self.required(b, "query"), b.get("limit"),
-                b.get("excerpt_chars", EXCERPT_CHARS))), methods=["POST"]),
+                b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"))), methods=["POST"]),
             Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
@@ -333,12 +333,13 @@ class Api:
             raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")
         corpus = self.corpus(data.get("corpus"))
         question, top_k = self.required(data, "question"), data.get("top_k")
+        mode = data.get("mode")
         if not stream:
-            return await self.respond(lambda: corpus.ask(question, top_k).to_dict(),
+            return await self.respond(lambda: corpus.ask(question, top_k, mode=mode).to_dict(),
                                       timed=False)
-        return await self.ask_stream(corpus, question, top_k)
+        return await self.ask_stream(corpus, question, top_k, mode)
 
-    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any) -> Any:
+    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any) -> Any:
         """NDJSON: {"text": piece} lines as the LLM writes, then {"done": true, answer,
         citations, used}, or {"error": message} when the LLM fails mid-way."""
         import anyio
@@ -347,7 +348,7 @@ class Api:
         from loomcli import ask, providers
 
         # Everything that can fail before the first piece fails here, with its status.
-        prompt = await self.run(lambda: corpus.prompt(question, top_k))
+        prompt = await self.run(lambda: corpus.prompt(question, top_k, mode))
         provider = providers.from_config(corpus.config) if prompt is not None else None
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 

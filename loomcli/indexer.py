@@ -44,18 +44,29 @@ class ScanReport:
     failed: int = 0
     duration_ms: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
+    vectors: dict[str, Any] | None = None  # embeddings.build.EmbedReport, when enabled
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.vectors is None:  # embeddings off: the report is as it always was
+            del out["vectors"]
+        return out
 
     @property
     def changed(self) -> int:
         return self.added + self.updated + self.moved + self.removed
 
     def summary(self) -> str:
-        return (f"added {self.added}, updated {self.updated}, moved {self.moved}, "
+        text = (f"added {self.added}, updated {self.updated}, moved {self.moved}, "
                 f"removed {self.removed}, skipped {self.skipped}, failed {self.failed} "
                 f"in {self.duration_ms / 1000:.2f}s")
+        v = self.vectors
+        if v and (v["embedded"] or v["pending"]):
+            text += (f"; vectors for {v['embedded']} files ({v['passages']} passages) "
+                     f"in {v['seconds']:.1f}s")
+            if v["pending"]:
+                text += f", {v['pending']} files still without"
+        return text
 
 
 STREAM_HASH_BYTES = 16 << 20  # larger indexed files are hashed in chunks before reading
@@ -285,8 +296,25 @@ class Indexer:
         if report.changed >= OPTIMIZE_AFTER_CHANGES:
             with store.transaction():
                 store.optimize()
+        if self.config.get("embeddings.enabled"):
+            report.vectors = self._embed().to_dict()
         with store.transaction():
             store.finish_scan(scan_id, report.to_dict())
+
+    def _embed(self) -> Any:
+        """Vectors for the files that lack current ones (text is committed already)."""
+        from loomcli import embeddings
+        from loomcli.embeddings.build import EmbedReport, embed_pending
+        from loomcli.errors import LoomError
+
+        try:
+            embedder = embeddings.from_config(self.config)
+            embeddings.require_numpy()
+        except LoomError as exc:
+            model = embeddings.settings(self.config).identity
+            return EmbedReport(model, pending=len(self.store.needing_vectors(model)),
+                               error=str(exc))
+        return embed_pending(self.store, embedder, self.progress, self.clock)
 
     # -- one file -----------------------------------------------------------------------
 

@@ -42,13 +42,17 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
             raise ToolError(str(exc)) from None
 
     @server.tool(description=(
-        "Rank the user's notes and PDFs by relevance (BM25) to a query. Returns hits with "
-        "path, title, score, a snippet, content_len (bytes) and content: the whole text when "
-        "short, else the head plus the passage best matching the query, about excerpt_chars "
-        "long. Any text is a valid query. For exact codes or strings use loom_grep instead."))
+        "Rank the user's notes and PDFs by relevance to a query: BM25, fused with meaning "
+        "(passage embeddings, any language) when the user enabled embeddings. Returns hits "
+        "with path, title, score, a snippet, content_len (bytes), match (bm25, semantic or "
+        "both) and content: the whole text when short, else the head plus the passage best "
+        "matching the query, about excerpt_chars long. mode: auto (default), bm25, semantic "
+        "or hybrid. Any text is a valid query; questions in the user's own words work. For "
+        "exact codes or strings use loom_grep instead."))
     async def loom_search(query: str, limit: int = SEARCH_LIMIT,
-                          excerpt_chars: int = EXCERPT_CHARS) -> dict[str, Any]:
-        return await call(Corpus.search, query, limit, excerpt_chars)
+                          excerpt_chars: int = EXCERPT_CHARS,
+                          mode: str = "auto") -> dict[str, Any]:
+        return await call(Corpus.search, query, limit, excerpt_chars, mode)
 
     @server.tool(description=(
         "Find exact strings or RE2 regular expressions (case-insensitive unless "
@@ -79,8 +83,9 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "Returns answer, citations (paths the answer cites) and used (files sent); when no "
         "file matches, nothing is sent and answer is empty. top_k defaults to the user's "
         "[ask] top_k."))
-    async def loom_ask(question: str, top_k: int | None = None) -> dict[str, Any]:
-        return await call(Corpus.ask, question, top_k)
+    async def loom_ask(question: str, top_k: int | None = None,
+                       mode: str = "auto") -> dict[str, Any]:
+        return await call(Corpus.ask, question, top_k, mode=mode)
 
     @server.tool(description=(
         "Bring the index up to date with the folders it covers (incremental: only changed "

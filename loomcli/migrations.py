@@ -70,6 +70,30 @@ MIGRATIONS: list[tuple[str, str]] = [
         {GRAMS};
         INSERT INTO grams(grams) VALUES ('rebuild');
     """),
+    # Passage vectors for search by meaning: one row per file, its passages' byte ranges
+    # (int32 start/end pairs) and vectors (int8 rows, one float32 scale each), tagged
+    # with the model that made them. `generation` changes with every write, so a running
+    # server knows when its in-memory copy is stale.
+    ("003_vectors", """
+        CREATE TABLE vectors (
+            file_id INTEGER PRIMARY KEY,
+            model TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            spans BLOB NOT NULL,
+            vecs BLOB NOT NULL,
+            scales BLOB NOT NULL
+        );
+        CREATE INDEX vectors_model ON vectors(model);
+        CREATE TABLE vector_state (id INTEGER PRIMARY KEY CHECK (id = 1),
+                                   generation INTEGER NOT NULL);
+        INSERT INTO vector_state VALUES (1, 0);
+        CREATE TRIGGER vectors_ins AFTER INSERT ON vectors
+            BEGIN UPDATE vector_state SET generation = generation + 1; END;
+        CREATE TRIGGER vectors_del AFTER DELETE ON vectors
+            BEGIN UPDATE vector_state SET generation = generation + 1; END;
+        CREATE TRIGGER vectors_upd AFTER UPDATE ON vectors
+            BEGIN UPDATE vector_state SET generation = generation + 1; END;
+    """),
 ]
 
 

@@ -14,6 +14,7 @@ they are refused.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -21,14 +22,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loomcli.config import Config
-from loomcli.errors import IndexMissingError, QueryError
+from loomcli.errors import IndexMissingError, LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
     from loomcli.grep import GrepResult
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
-    from loomcli.store import FileInfo, Store
+    from loomcli.store import FileInfo, Hit, Store
 
 # Defaults and limits of every edge.
 SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
@@ -37,8 +38,12 @@ GREP_CONTEXT_MAX = 50
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
+SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
+
+_EMBEDDERS: dict[tuple[str, ...], Any] = {}
+_EMBEDDERS_LOCK = threading.Lock()
 
 CORPUS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -130,9 +135,28 @@ class SearchHit:
 @dataclass
 class SearchResult:
     hits: list[SearchHit]
+    warnings: list[str] = field(default_factory=list)
+    mode: str = "bm25"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hits": [h.to_dict() for h in self.hits]}
+        out: dict[str, Any] = {"hits": [h.to_dict() for h in self.hits]}
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
+
+def char_spans(text: str, spans: list[tuple[int, int, float]]
+               ) -> list[tuple[int, int, float]]:
+    """Byte ranges of `text`'s UTF-8 as character ranges (those inside the text)."""
+    if text.isascii():
+        return [(a, b, s) for a, b, s in spans if b <= len(text)]
+    data = text.encode("utf-8")
+    chars: dict[int, int] = {}
+    done_bytes = done_chars = 0
+    for point in sorted({x for a, b, _ in spans if b <= len(data) for x in (a, b)}):
+        done_chars += len(data[done_bytes:point].decode("utf-8", "ignore"))
+        chars[point], done_bytes = done_chars, point
+    return [(chars[a], chars[b], s) for a, b, s in spans if b <= len(data)]
 
 
 @dataclass
@@ -242,25 +266,118 @@ class Corpus:
 
     # -- reading ------------------------------------------------------------------------
 
-    def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None
-               ) -> SearchResult:
-        """Ranked files; with excerpt_chars, each hit carries its text cut like ask's."""
+    def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
+               mode: Any = None) -> SearchResult:
+        """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
+        mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
+        hybrid."""
         query = _text("query", query, required=False)
-        n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX)
+        n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
+        chosen = self._mode(mode)
         with self.store() as store:
-            found = store.search(query, n or SEARCH_LIMIT)
-            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len)
-                    for h in found]
+            found, warnings, query_vector = self._rank(store, query, n, chosen)
+            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how)
+                    for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
 
                 chars = max(EXCERPT_CHARS_MIN, chars)
-                for hit, h in zip(hits, found, strict=True):
+                for hit, (h, _) in zip(hits, found, strict=True):
                     text = store.text_bytes(h.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
-                    part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4))
+                    near = self._near(store, h.file_id, text, query_vector)
+                    part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4),
+                                   near=near)
                     hit.content, hit.truncated = part.text, part.cut
-        return SearchResult(hits)
+        return SearchResult(hits, warnings, chosen)
+
+    def _mode(self, mode: Any) -> str:
+        from loomcli import embeddings
+
+        chosen = "auto" if mode is None else _text("mode", mode)
+        if chosen not in SEARCH_MODES:
+            raise QueryError(f"mode must be one of {', '.join(SEARCH_MODES)}, got "
+                             f"{_show(mode)}")
+        enabled = embeddings.settings(self.config).enabled
+        if chosen == "auto":
+            return "hybrid" if enabled else "bm25"
+        if chosen != "bm25" and not enabled:
+            raise QueryError(f"{chosen} search needs embeddings, which are off",
+                             "set them on: loom config set embeddings.enabled true, "
+                             "then loom scan")
+        return chosen
+
+    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto"
+              ) -> tuple[list[tuple[Hit, str]], list[str], Any]:
+        """(hit, how it matched) best first, warnings, and the query's vector (or None).
+        A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
+        how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
+        from loomcli import semantic
+        from loomcli.store import query_words
+
+        keyword_query = query
+        if operator == "OR":
+            from loomcli.ask import retrieval_query
+
+            keyword_query = retrieval_query(query)
+        if mode == "bm25":
+            return ([(h, "bm25") for h in store.search(keyword_query, n, operator)], [],
+                    None)
+        warnings: list[str] = []
+        passages: list[semantic.Passage] = []
+        vector = None
+        try:
+            vector, passages = self._meaning(store, query, max(n, semantic.CANDIDATES))
+        except LoomError as exc:
+            warnings.append(f"search by meaning failed, BM25 only: {exc}")
+        if not passages and not warnings and query_words(query):
+            warnings.append("no file has vectors yet: run loom scan (BM25 only until then)")
+        near = {p.file_id: p.start for p in passages}
+        if mode == "semantic" and not warnings:
+            ranked = [(p.file_id, p.score) for p in passages[:n]]
+            return [(h, "semantic") for h in store.hits(ranked, query, near)], warnings, vector
+        keyword = store.rank(keyword_query, max(n, semantic.CANDIDATES), operator)
+        pinned: set[int] = set()
+        for word in semantic.identifiers(query):
+            pinned.update(fid for fid, _ in store.rank(word, 3, "AND"))
+        fused = semantic.fuse([fid for fid, _ in keyword], [p.file_id for p in passages],
+                              pinned)[:n]
+        how = {fid: h for fid, _, h in fused}
+        lexical = {fid for fid, _ in keyword}
+        near = {fid: start for fid, start in near.items() if fid not in lexical}
+        hits = store.hits([(fid, score) for fid, score, _ in fused], query, near)
+        return [(h, how[h.file_id]) for h in hits], warnings, vector
+
+    def _meaning(self, store: Store, query: str, n: int) -> tuple[Any, list[Any]]:
+        from loomcli import semantic
+
+        embedder = self._embedder()
+        index = semantic.vector_index(store, embedder.identity)
+        if len(index) == 0 or not query.strip():
+            return None, []
+        vector = embedder.embed([query])[0]
+        return vector, index.rank(vector, n)
+
+    def _embedder(self) -> Any:
+        """The configured embedder, one per process (a server keeps its model loaded)."""
+        from loomcli import embeddings
+
+        key = tuple(str(self.config.get(f"embeddings.{k}")) for k in
+                    ("provider", "model", "endpoint", "api_key_env", "timeout_s"))
+        with _EMBEDDERS_LOCK:
+            if key not in _EMBEDDERS:
+                _EMBEDDERS[key] = embeddings.from_config(self.config)
+            return _EMBEDDERS[key]
+
+    def _near(self, store: Store, file_id: int, text: str, vector: Any
+              ) -> list[tuple[int, int, float]]:
+        """The file's passages as (start char, end char, similarity to the query)."""
+        if vector is None:
+            return []
+        from loomcli import semantic
+
+        scored = semantic.passage_scores(store, file_id, self._embedder().identity, vector)
+        return char_spans(text, scored)
 
     def grep(self, pattern: Any, *, path: Any = None, globs: Any = None, context: Any = None,
              case_sensitive: Any = False, limit: Any = None) -> GrepResult:
@@ -355,23 +472,33 @@ class Corpus:
 
     # -- ask ----------------------------------------------------------------------------
 
-    def prompt(self, question: Any, top_k: Any = None) -> Prompt | None:
+    def prompt(self, question: Any, top_k: Any = None, mode: Any = None) -> Prompt | None:
         """Exactly what ask would send, or None when no indexed file matches."""
         from loomcli import ask
 
         question = _text("question", question)
-        k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX)
+        k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
+        mode = self._mode(mode)
         with self.store() as store:
-            return ask.build_prompt(store, question, top_k=k or 1,
-                                    budget=self.config.get("ask.file_budget_chars"),
-                                    head_chars=self.config.get("ask.head_chars"))
+            found, warnings, vector = self._rank(store, question, k * 2, mode, "OR")
+            prompt = ask.build_prompt(
+                store, question, [h for h, _ in found], top_k=k,
+                budget=self.config.get("ask.file_budget_chars"),
+                head_chars=self.config.get("ask.head_chars"),
+                near=lambda fid, text: self._near(store, fid, text, vector))
+        if prompt is not None:
+            prompt.warnings = warnings
+        return prompt
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
-            on_text: Callable[[str], None] | None = None) -> Answer:
+            on_text: Callable[[str], None] | None = None, mode: Any = None,
+            on_warning: Callable[[str], None] | None = None) -> Answer:
         """One LLM call over the best files. Nothing matching: an empty Answer (no call)."""
         from loomcli import ask, providers
 
-        prompt = self.prompt(question, top_k)
+        prompt = self.prompt(question, top_k, mode)
+        for warning in prompt.warnings if prompt and on_warning else ():
+            on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
         return ask.answer(prompt, provider or providers.from_config(self.config), on_text)

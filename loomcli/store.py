@@ -26,6 +26,7 @@ SNIPPET_START, SNIPPET_END = "\x02", "\x03"  # highlight markers, rendered by th
 SNIPPET_TOKENS = 16
 SNIPPET_SCAN_BYTES = 1 << 20  # a snippet is looked for in this much of a file's text
 SNIPPET_STEM = 6
+NEAR_SNIPPET_BYTES = 2000  # a passage found by meaning: its snippet is from the passage
 QUERY_TERMS_MAX = 64  # words of a query that count; the rest are dropped
 _WORDS = re.compile(r"\w+")
 
@@ -340,6 +341,7 @@ class Store:
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
                         doc: Extracted) -> None:
         self._fts_delete(file_id)
+        self.conn.execute("DELETE FROM vectors WHERE file_id = ?", (file_id,))
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, title = ?, content_len = ?, "
@@ -372,6 +374,7 @@ class Store:
 
     def remove(self, file_id: int) -> None:
         self._fts_delete(file_id)
+        self.conn.execute("DELETE FROM vectors WHERE file_id = ?", (file_id,))
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
 
@@ -404,30 +407,90 @@ class Store:
         self.conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
         self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
+    # -- vectors (search by meaning) ----------------------------------------------------
+
+    def needing_vectors(self, model: str) -> list[int]:
+        """Files with text but no vectors from `model` (new, changed, or made by another
+        model), smallest first: the most files get vectors soonest."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT f.id FROM files f LEFT JOIN vectors v ON v.file_id = f.id "
+            "WHERE f.indexed_at IS NOT NULL AND f.content_len > 0 "
+            "AND (v.model IS NULL OR v.model != ?) ORDER BY f.content_len, f.id", (model,))]
+
+    def put_vectors(self, file_id: int, model: str, dim: int, spans: bytes, vecs: bytes,
+                    scales: bytes) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO vectors (file_id, model, dim, spans, vecs, scales) "
+            "SELECT id, ?, ?, ?, ?, ? FROM files WHERE id = ? AND indexed_at IS NOT NULL",
+            (model, dim, spans, vecs, scales, file_id))
+
+    def vector_counts(self) -> dict[str, int]:
+        """Files with vectors, by the model that made them."""
+        return dict(self.conn.execute(
+            "SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+
+    def vector_generation(self) -> int:
+        return int(self.conn.execute("SELECT generation FROM vector_state").fetchone()[0])
+
+    def iter_vectors(self, model: str) -> Iterator[tuple[int, int, bytes, bytes, bytes]]:
+        """(file id, dim, spans, vectors, scales) of every file embedded by `model`."""
+        yield from self.conn.execute(
+            "SELECT file_id, dim, spans, vecs, scales FROM vectors WHERE model = ?", (model,))
+
+    def vectors_of(self, file_id: int, model: str) -> tuple[int, bytes, bytes, bytes] | None:
+        row = self.conn.execute("SELECT dim, spans, vecs, scales FROM vectors "
+                                "WHERE file_id = ? AND model = ?", (file_id, model)).fetchone()
+        return None if row is None else (row[0], row[1], row[2], row[3])
+
+    def hits_for(self, file_ids: list[int]) -> dict[int, tuple[str, str, int]]:
+        """(display path, title, content_len) of these files."""
+        out = {}
+        for fid, root_id, rel, title, n in self.conn.execute(
+                "SELECT id, root_id, relpath, title, content_len FROM files "
+                "WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(file_ids),)):
+            out[fid] = (self.display_path(root_id, rel), title, n)
+        return out
+
     # -- reading -----------------------------------------------------------------------
 
-    def search(self, query: str, limit: int, operator: str = "auto") -> list[Hit]:
-        """BM25-ranked files. `auto`: all words must match, else any word may."""
-        rows: list[sqlite3.Row] = []
+    def rank(self, query: str, limit: int, operator: str = "auto") -> list[tuple[int, float]]:
+        """(file id, BM25 score) best first. `auto`: all words must match, else any may."""
         for op in (("AND", "OR") if operator == "auto" else (operator,)):
             match = quote_fts(query, op)
             if not match:
                 return []
-            cur = self.conn.execute(
-                "SELECT fts.rowid AS id, -fts.rank AS score, f.root_id, f.relpath, f.title, "
-                "f.content_len FROM fts JOIN files f ON f.id = fts.rowid "
-                "WHERE fts MATCH ? ORDER BY fts.rank LIMIT ?", (match, limit))
-            cur.row_factory = sqlite3.Row
-            rows = cur.fetchall()
+            rows = self.conn.execute(
+                "SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+                (match, limit)).fetchall()
             if rows:
-                break
-        # Snippets from a bounded prefix of each hit, not FTS5's snippet(), which reads and
-        # tokenizes the whole text (seconds for a long log, minutes for a 200 MB note).
+                return [(int(r[0]), float(r[1])) for r in rows]
+        return []
+
+    def search(self, query: str, limit: int, operator: str = "auto") -> list[Hit]:
+        """BM25-ranked files. `auto`: all words must match, else any word may."""
+        return self.hits(self.rank(query, limit, operator), query)
+
+    def hits(self, ranked: list[tuple[int, float]], query: str,
+             near: dict[int, int] | None = None) -> list[Hit]:
+        """Hits for ranked file ids, each with a snippet: around the first query word, or
+        at the byte offset `near` gives for it (a passage found by meaning)."""
+        info = self.hits_for([fid for fid, _ in ranked])
         words = query_words(query)
-        return [Hit(self.display_path(r["root_id"], r["relpath"]), r["title"],
-                    float(r["score"]), snippet_of(self.text_bytes(
-                        r["id"], 0, SNIPPET_SCAN_BYTES).decode("utf-8", "ignore"), words),
-                    r["id"], r["content_len"]) for r in rows]
+        out = []
+        for fid, score in ranked:
+            if fid not in info:
+                continue  # removed by a scan meanwhile
+            path, title, content_len = info[fid]
+            # Snippets from a bounded part of each hit, not FTS5's snippet(), which reads
+            # and tokenizes the whole text (seconds for a long log).
+            start = (near or {}).get(fid, 0)
+            text = self.text_bytes(fid, start, NEAR_SNIPPET_BYTES if start else
+                                   SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
+            snippet = snippet_of(text, words)
+            if start and snippet and not snippet.startswith("…"):
+                snippet = "…" + snippet
+            out.append(Hit(path, title, score, snippet, fid, content_len))
+        return out
 
     def list_files(self) -> list[FileInfo]:
         rows = self.conn.execute(

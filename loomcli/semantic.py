@@ -1,0 +1,156 @@
+"""Ranking by meaning, and its fusion with BM25.
+
+Vector search is brute force over the int8 passage vectors of one model, in numpy:
+every passage is compared with the question (a matrix-vector product), a file scores
+as its best passage. Measured faster than an approximate index needs to be at this
+scale (README, "Search by meaning"); a running server (MCP, HTTP, watch) keeps the
+matrix in memory until the next scan changes a vector.
+
+Fusion is reciprocal rank fusion (RRF): a file's score is the sum over the two lists
+of weight / (RRF_K + rank). Semantic ranks weigh SEMANTIC_WEIGHT, BM25 ranks 1; a file
+whose text holds a rare identifier of the query verbatim is moved to the top.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from loomcli.store import Store
+
+RRF_K = 60
+SEMANTIC_WEIGHT = 1.0  # chosen on the evaluation set (README)
+CANDIDATES = 50  # files taken from each list before fusing
+PASSAGES_PER_FILE = 8  # candidate passages looked at per wanted file
+# Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
+# lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
+IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
+
+
+@dataclass
+class Passage:
+    file_id: int
+    score: float  # cosine similarity of the best passage
+    start: int  # byte range of that passage in the file's text
+    end: int
+
+
+class VectorIndex:
+    """Every passage vector of one model, as one int8 matrix."""
+
+    def __init__(self, store: Store, model: str) -> None:
+        import numpy as np
+
+        ids, spans, vecs, scales = [], [], [], []
+        dim = 0
+        for file_id, d, sp, vc, sc in store.iter_vectors(model):
+            n = len(sc) // 4
+            if n == 0:
+                continue
+            dim = d
+            ids.append(np.full(n, file_id, dtype=np.int64))
+            spans.append(np.frombuffer(sp, dtype=np.int32).reshape(n, 2))
+            vecs.append(np.frombuffer(vc, dtype=np.int8).reshape(n, d))
+            scales.append(np.frombuffer(sc, dtype=np.float32))
+        self.dim = dim
+        self.ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        self.spans = np.concatenate(spans) if spans else np.zeros((0, 2), dtype=np.int32)
+        self.vecs = np.concatenate(vecs) if vecs else np.zeros((0, 1), dtype=np.int8)
+        self.scales = np.concatenate(scales) if scales else np.zeros(0, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def similarities(self, query: Any) -> Any:
+        import numpy as np
+
+        out = np.empty(len(self.ids), dtype=np.float32)
+        q = np.asarray(query, dtype=np.float32)
+        step = 16384  # int8 -> float32 a block at a time: bounded memory
+        for i in range(0, len(self.ids), step):
+            out[i:i + step] = self.vecs[i:i + step].astype(np.float32) @ q
+        return out * self.scales
+
+    def rank(self, query: Any, limit: int) -> list[Passage]:
+        """The `limit` files whose best passage is closest to the query."""
+        import numpy as np
+
+        if len(self) == 0 or self.dim != len(query):
+            return []
+        sims = self.similarities(query)
+        take = min(len(sims), limit * PASSAGES_PER_FILE)
+        top = np.argpartition(-sims, take - 1)[:take]
+        top = top[np.argsort(-sims[top], kind="stable")]
+        best: dict[int, Passage] = {}
+        for i in top.tolist():
+            fid = int(self.ids[i])
+            if fid not in best:
+                best[fid] = Passage(fid, float(sims[i]), int(self.spans[i, 0]),
+                                    int(self.spans[i, 1]))
+                if len(best) == limit:
+                    break
+        return list(best.values())
+
+
+_cache: dict[tuple[str, str], tuple[int, VectorIndex]] = {}
+_cache_lock = threading.Lock()
+
+
+def vector_index(store: Store, model: str) -> VectorIndex:
+    """The store's vectors of `model`, kept between calls in a long-running process and
+    reloaded when a scan has changed any."""
+    key = (str(store.path), model)
+    generation = store.vector_generation()
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached and cached[0] == generation:
+            return cached[1]
+    index = VectorIndex(store, model)
+    with _cache_lock:
+        _cache[key] = (generation, index)
+    return index
+
+
+def passage_scores(store: Store, file_id: int, model: str, query: Any
+                   ) -> list[tuple[int, int, float]]:
+    """(start byte, end byte, similarity) of every embedded passage of one file."""
+    import numpy as np
+
+    row = store.vectors_of(file_id, model)
+    if row is None:
+        return []
+    dim, sp, vc, sc = row
+    n = len(sc) // 4
+    if n == 0 or dim != len(query):
+        return []
+    spans = np.frombuffer(sp, dtype=np.int32).reshape(n, 2)
+    sims = (np.frombuffer(vc, dtype=np.int8).reshape(n, dim).astype(np.float32)
+            @ np.asarray(query, dtype=np.float32)) * np.frombuffer(sc, dtype=np.float32)
+    return [(int(a), int(b), float(s)) for (a, b), s in zip(spans.tolist(), sims.tolist(),
+                                                             strict=True)]
+
+
+def fuse(bm25: list[int], semantic: list[int], pinned: set[int] | None = None,
+         weight: float = SEMANTIC_WEIGHT) -> list[tuple[int, float, str]]:
+    """(file id, fused score, how it matched: bm25 | semantic | both), best first.
+    `pinned` files (holding a query identifier verbatim) come first, in BM25 order."""
+    scores: dict[int, float] = {}
+    how: dict[int, str] = {}
+    for rank, fid in enumerate(bm25, 1):
+        scores[fid] = scores.get(fid, 0.0) + 1.0 / (RRF_K + rank)
+        how[fid] = "bm25"
+    for rank, fid in enumerate(semantic, 1):
+        scores[fid] = scores.get(fid, 0.0) + weight / (RRF_K + rank)
+        how[fid] = "both" if fid in how else "semantic"
+    top = 1.0 + weight  # above any fused score
+    for fid in pinned or ():
+        if fid in scores:
+            scores[fid] += top
+    return sorted(((fid, s, how[fid]) for fid, s in scores.items()),
+                  key=lambda t: -t[1])
+
+
+def identifiers(query: str) -> list[str]:
+    return IDENTIFIER.findall(query)
