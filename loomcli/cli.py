@@ -243,10 +243,13 @@ def search(
     limit: Annotated[int | None, typer.Option(
         "--limit", "-n", help="Most hits to show (default 10, at most 500).",
         show_default=False)] = None,
+    mode: ModeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rank files by relevance (BM25) to the query."""
-    result = _corpus().search(" ".join(query), limit)
+    """Rank files by relevance to the query (BM25, and meaning when embeddings are on)."""
+    result = _corpus().search(" ".join(query), limit, mode=mode)
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
     if as_json:
         _print_json(result.to_dict())
     else:
@@ -293,6 +296,14 @@ def status(as_json: JsonOpt = False) -> None:
          f"{data['documents']} other documents), "
                f"{data['failed']} failed, {data['text_bytes'] / 1e6:.1f} MB of text")
     _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
+    v = data["vectors"]
+    if v["enabled"] or v["files"] or v["stale"]:
+        line = f"vectors: {v['files']} files by {v['model']}"
+        if v["pending"]:
+            line += f", {v['pending']} waiting (next scan)"
+        if v["stale"]:
+            line += f", {v['stale']} by another model (stale: the next scan replaces them)"
+        _out(line + ("" if v["enabled"] else " — embeddings are off"))
     last = data["last_scan"]
     if last:
         import datetime as dt

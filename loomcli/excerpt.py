@@ -39,6 +39,10 @@ through to too under until up very was we were what when where which while who w
 will with would you your yours tell explain describe show give list say says said use
 used using get gets le la les un une des du de et est en que qui dans pour pas sur au
 der die das und ist ein eine nicht mit von zu den im el los las y es por con para se
+il lo gli di che non una uno per con mi ti ci si del della dello dei delle nel nella
+negli al alla ai agli dal dalla su sul sulla come cosa dove quando quale quali quanto
+quanta perché posso puoi può faccio fare fa sono essere ho hai ha questo questa quello
+quella ogni anche più ma se tra fra invece o e è
 """
 STOPWORDS = frozenset(_FUNCTION_WORDS.split())
 

@@ -39,6 +39,9 @@ EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
 SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
+# A query of more content words than this is a question: BM25 ranks files by any of
+# them instead of first asking for all (measured: README, "Search by meaning").
+QUESTION_WORDS = 3
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
 
@@ -313,16 +316,15 @@ class Corpus:
         A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
         how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
         from loomcli import semantic
+        from loomcli.ask import retrieval_query
         from loomcli.store import query_words
 
-        keyword_query = query
-        if operator == "OR":
-            from loomcli.ask import retrieval_query
-
-            keyword_query = retrieval_query(query)
         if mode == "bm25":
-            return ([(h, "bm25") for h in store.search(keyword_query, n, operator)], [],
-                    None)
+            words = retrieval_query(query)
+            if operator != "OR" and len(query_words(words)) > QUESTION_WORDS:
+                operator = "OR"  # a question: its content words, any of them (README)
+            return ([(h, "bm25") for h in store.search(
+                words if operator == "OR" else query, n, operator)], [], None)
         warnings: list[str] = []
         passages: list[semantic.Passage] = []
         vector = None
@@ -336,7 +338,9 @@ class Corpus:
         if mode == "semantic" and not warnings:
             ranked = [(p.file_id, p.score) for p in passages[:n]]
             return [(h, "semantic") for h in store.hits(ranked, query, near)], warnings, vector
-        keyword = store.rank(keyword_query, max(n, semantic.CANDIDATES), operator)
+        # The keyword side of hybrid: the question's content words, files holding all of
+        # them first, then those holding any (measured best with vectors: README).
+        keyword = store.rank(retrieval_query(query), max(n, semantic.CANDIDATES), "fill")
         pinned: set[int] = set()
         for word in semantic.identifiers(query):
             pinned.update(fid for fid, _ in store.rank(word, 3, "AND"))
@@ -414,11 +418,25 @@ class Corpus:
         if self.index_path.exists():
             with self.store() as store:
                 out.counts = store.status()
+                out.counts["vectors"] = self._vector_status(store)
         else:
             out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "documents": 0,
                           "failed": 0,
-                          "text_bytes": 0, "index_bytes": 0, "last_scan": None}
+                          "text_bytes": 0, "index_bytes": 0, "last_scan": None,
+                          "vectors": self._vector_status(None)}
         return out
+
+    def _vector_status(self, store: Store | None) -> dict[str, Any]:
+        """Which model the config names, how many files have its vectors, how many still
+        need them, and how many hold another model's (stale: replaced by the next scan)."""
+        from loomcli import embeddings
+
+        chosen = embeddings.settings(self.config)
+        counts = store.vector_counts() if store else {}
+        current = counts.get(chosen.identity, 0)
+        return {"enabled": chosen.enabled, "model": chosen.identity, "files": current,
+                "pending": (store.files_with_text() - current) if store else 0,
+                "stale": sum(n for m, n in counts.items() if m != chosen.identity)}
 
     # -- writing ------------------------------------------------------------------------
 

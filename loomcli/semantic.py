@@ -21,9 +21,15 @@ from typing import Any
 from loomcli.store import Store
 
 RRF_K = 60
-SEMANTIC_WEIGHT = 1.0  # chosen on the evaluation set (README)
+# Chosen on the evaluation set (README, "Search by meaning"): semantic ranks counted
+# double. Files holding all or some rare words of the query were measured as extra
+# pins too, and lost recall; only identifiers are pinned.
+SEMANTIC_WEIGHT = 2.0
 CANDIDATES = 50  # files taken from each list before fusing
-PASSAGES_PER_FILE = 8  # candidate passages looked at per wanted file
+POOL = 2000  # passages closest to the query that rank the files
+# A file's score: its best passage, + 0.6 x its second, + 0.36 x its third (measured on
+# the evaluation set: recall@5 0.47 / 0.65 against 0.42 / 0.60 for the best alone).
+PASSAGES_COUNTED, NEXT_PASSAGE_WEIGHT = 3, 0.6
 # Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
 # lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
 IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
@@ -74,24 +80,29 @@ class VectorIndex:
         return out * self.scales
 
     def rank(self, query: Any, limit: int) -> list[Passage]:
-        """The `limit` files whose best passage is closest to the query."""
+        """The `limit` files closest to the query. A file scores as its best passage plus
+        its next ones at decreasing weight (a file that answers in several places is
+        likelier the one), among the POOL passages closest to the query."""
         import numpy as np
 
         if len(self) == 0 or self.dim != len(query):
             return []
         sims = self.similarities(query)
-        take = min(len(sims), limit * PASSAGES_PER_FILE)
+        take = min(len(sims), POOL)
         top = np.argpartition(-sims, take - 1)[:take]
         top = top[np.argsort(-sims[top], kind="stable")]
         best: dict[int, Passage] = {}
+        seen: dict[int, int] = {}
         for i in top.tolist():
             fid = int(self.ids[i])
-            if fid not in best:
+            k = seen.get(fid, 0)
+            if k == 0:
                 best[fid] = Passage(fid, float(sims[i]), int(self.spans[i, 0]),
                                     int(self.spans[i, 1]))
-                if len(best) == limit:
-                    break
-        return list(best.values())
+            elif k < PASSAGES_COUNTED:
+                best[fid].score += float(sims[i]) * NEXT_PASSAGE_WEIGHT ** k
+            seen[fid] = k + 1
+        return sorted(best.values(), key=lambda p: -p.score)[:limit]
 
 
 _cache: dict[tuple[str, str], tuple[int, VectorIndex]] = {}

@@ -429,6 +429,10 @@ class Store:
         return dict(self.conn.execute(
             "SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
 
+    def files_with_text(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM files WHERE indexed_at IS NOT NULL "
+                                     "AND content_len > 0").fetchone()[0])
+
     def vector_generation(self) -> int:
         return int(self.conn.execute("SELECT generation FROM vector_state").fetchone()[0])
 
@@ -454,7 +458,15 @@ class Store:
     # -- reading -----------------------------------------------------------------------
 
     def rank(self, query: str, limit: int, operator: str = "auto") -> list[tuple[int, float]]:
-        """(file id, BM25 score) best first. `auto`: all words must match, else any may."""
+        """(file id, BM25 score) best first. `auto`: all words must match, else any may.
+        `fill`: the files holding all words first, then those holding any, up to limit
+        (for questions: a long one rarely has all its words in one file)."""
+        if operator == "fill":
+            every = self.rank(query, limit, "AND")
+            if len(every) < limit:
+                seen = {fid for fid, _ in every}
+                every += [h for h in self.rank(query, limit, "OR") if h[0] not in seen]
+            return every[:limit]
         for op in (("AND", "OR") if operator == "auto" else (operator,)):
             match = quote_fts(query, op)
             if not match:

@@ -33,8 +33,8 @@ OVERLAP_CHARS = 200
 CHUNKS_PER_FILE_MAX = 4000
 DEFAULT_MODELS = {"local": "use-multilingual-v3", "ollama": "nomic-embed-text",
                   "openai": "text-embedding-3-small"}
-INSTALL_HINT = "install it with: pipx inject loom-index 'loom-index[semantic]' " \
-               "(or pip install 'loom-index[semantic]')"
+INSTALL_HINT = ("install it with: pipx install --force 'loom-index[semantic]' "
+                "(or pip install 'loom-index[semantic]')")
 
 
 class EmbeddingsError(LoomError):

@@ -85,7 +85,7 @@ def _worker(conn: Connection, parent: int) -> None:
         conn.send((key, result))
 
 
-def _context() -> Any:
+def worker_context() -> Any:
     # Workers must not inherit the scan's open files (the index, its write lock): a plain
     # fork would hand them over, and a worker outliving a killed scan would keep the lock.
     # forkserver starts clean workers quickly where it exists; spawn elsewhere.
@@ -132,7 +132,7 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
     size_of = {key: size for key, _, size in pending}
     if not pending:
         return
-    ctx = _context()
+    ctx = worker_context()
     count = max(1, min(workers or os.cpu_count() or 1, len(pending)))
     slots = [_Slot(ctx) for _ in range(count)]
     try:

