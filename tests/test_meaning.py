@@ -137,7 +137,7 @@ def test_built_in_model_finds_an_english_note_for_an_italian_question(notes, loo
     assert meaning["hits"][0]["path"] == "recipes/bread.md"
     assert {h["match"] for h in meaning["hits"]} == {"semantic"}
     hits = json.loads(loom("search", question, "--json").stdout)["hits"]  # auto = hybrid
-    assert hits[0]["path"] == "recipes/bread.md" and hits[0]["match"] == "both"
+    assert hits[0]["path"] == "recipes/bread.md" and hits[0]["match"] == "semantic"
     status = json.loads(loom("status", "--json").stdout)["vectors"]
     assert status == {"enabled": True, "model": "local:use-multilingual-v3", "files": 9,
                       "pending": 0, "stale": 0}
@@ -306,3 +306,19 @@ def test_agents_and_apps_search_by_meaning_with_the_same_rules(notes, loom_home)
         assert body["hits"][0]["content"].startswith("# Sourdough bread")
     finally:
         server.stop()
+
+
+def test_watch_gives_new_notes_vectors(notes, loom_home):
+    from tests.test_watch import Watch
+
+    configure(loom_home, enabled=True)
+    watch = Watch(notes)
+    try:
+        write(notes / "dyes.md", "# Natural dyes\n\nMadder root gives a warm red to wool.\n")
+        watch.expect({"change": "added", "path": "dyes.md"})
+        deadline = time.monotonic() + 30
+        while "dyes.md" not in vectors(loom_home) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert vectors(loom_home)["dyes.md"] == "local:use-multilingual-v3"
+    finally:
+        assert watch.stop() == 0

@@ -32,6 +32,7 @@ from loomcli.extract.pool import worker_context
 from loomcli.store import Store
 
 BATCH_SECONDS = 2.0
+FEW_FILES = 8  # this many files or fewer are embedded in the scan's own process
 GROUP_PASSAGES = 32  # passages per job: one request to a server, one call in a worker
 TEXT_BYTES = CHUNKS_PER_FILE_MAX * CHUNK_CHARS * 4  # what is read of one text at most
 
@@ -157,7 +158,9 @@ def embed_pending(store: Store, embedder: Embedder,
     if not ids:
         return report
     start = clock()
-    workers = pool_threads() if embedder.provider == "local" else 1
+    # Worker processes pay for starting and loading the model: worth it for a scan, not
+    # for the few files a `loom watch` batch changes.
+    workers = pool_threads() if embedder.provider == "local" and len(ids) > FEW_FILES else 1
     pool: Any = (ProcessPoolExecutor(workers, mp_context=worker_context(),
                                      initializer=_start_worker)
                  if workers > 1 else _InProcess(embedder))
