@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomcli.excerpt import SCAN_BYTES, STOPWORDS, excerpt
+from loomcli.excerpt import SCAN_BYTES, excerpt
 from loomcli.providers import Provider
 from loomcli.store import Hit, Store
 
@@ -63,11 +63,6 @@ class Answer:
         if self.warnings:
             out["warnings"] = self.warnings
         return out
-
-
-def retrieval_query(question: str) -> str:
-    words = [w for w in question.split() if w.lower().strip("?!.,;:()\"'") not in STOPWORDS]
-    return " ".join(words) or question
 
 
 def question_block(question: str) -> str:

@@ -25,9 +25,11 @@ SNAP_CHARS = 200  # how far a cut may move back to land on a line end
 # or an ask must not grow with a 200 MB log (a longer text is cut there, and says so).
 SCAN_BYTES = 16 << 20
 CANDIDATES_PER_TERM = 2000  # window starts tried around one term's occurrences
-SEMANTIC_SHARE = 1.0  # closest passage vs all question terms: chosen on the eval set
+SEMANTIC_SHARE = 4.0  # closest passage vs all question terms: chosen on the eval set
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Where an identifier splits into parts: underscores, letter-digit edges, camelCase.
+_SPLIT = re.compile(r"_+|(?<=\D)(?=\d)|(?<=\d)(?=\D)|(?<=[a-z])(?=[A-Z])")
 # Function words of a few languages: they say nothing about where an answer is.
 _FUNCTION_WORDS = """
 a about above after again all also am an and any are as at be because been before being
@@ -54,29 +56,45 @@ class Excerpt:
     cut: bool = False
 
 
+def retrieval_query(question: str) -> str:
+    """The question without its function words (what BM25 ranks a question by)."""
+    words = [w for w in question.split() if w.lower().strip("?!.,;:()\"'") not in STOPWORDS]
+    return " ".join(words) or question
+
+
 def terms(question: str) -> list[str]:
-    """The question's content words as lower-case stems, in order, without repeats."""
+    """The question's content words as lower-case stems, in order, without repeats. An
+    identifier counts as its parts too: `panic_on_oops` → panic, oops; `maxUserWatches`
+    → max, user, watches (dotted and path-like names are split as words already)."""
     out: list[str] = []
-    for word in _WORD.findall(question.lower()):
-        if word in STOPWORDS or (len(word) < 3 and not word.isdigit()):
-            continue
-        stem = word[:STEM_CHARS]
-        if stem not in out:
-            out.append(stem)
+    for token in _WORD.findall(question):
+        parts = [token] + [p for p in _SPLIT.split(token) if len(p) >= 3 and p != token]
+        for word in (p.lower() for p in parts):
+            word = word.strip("_")
+            if not word or word in STOPWORDS or (len(word) < 3 and not word.isdigit()):
+                continue
+            stem = word[:STEM_CHARS]
+            if stem not in out:
+                out.append(stem)
     return out
 
 
-def _occurrences(lower: str, stems: list[str]) -> dict[str, list[int]]:
-    """Where each stem starts a word, in one pass over the text for all stems. (Stems are
-    word characters only, so no word starts inside a match: nothing is skipped; at each
-    match every stem that starts there is counted, a shorter one inside a longer too.)"""
+def _occurrences(lower: str, stems: list[str], text: str | None = None
+                 ) -> dict[str, list[int]]:
+    """Where each stem starts a word or a part of an identifier (after `_`, or at a
+    lower-to-upper case change in `text`), in one pass for all stems (two with `text`).
+    At each match every stem that starts there is counted, a shorter inside a longer too."""
     if not stems:
         return {}
     ordered = sorted(stems, key=len, reverse=True)
-    rx = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, ordered)) + ")")
+    alternatives = "|".join(map(re.escape, ordered))
+    starts = [m.start() for m in re.finditer(r"(?<![^\W_])(?:" + alternatives + ")", lower)]
+    if text is not None and len(text) == len(lower):
+        starts += [m.start() for m in re.finditer(r"(?<=[a-z])(?=[A-Z])(?i:" + alternatives
+                                                  + ")", text)]
+        starts.sort()
     found: dict[str, list[int]] = {}
-    for m in rx.finditer(lower):
-        pos = m.start()
+    for pos in starts:
         for stem in ordered:
             if lower.startswith(stem, pos):
                 found.setdefault(stem, []).append(pos)
@@ -132,8 +150,8 @@ class _Meaning:
         lo, hi = (min(sims), max(sims)) if sims else (0.0, 0.0)
         spread = hi - lo or 1.0
         self.passages = sorted((a, b, (s - lo) / spread) for a, b, s in near)
-        # A window holding the closest passage gains as much as one holding every
-        # question term once: the two kinds of evidence count alike.
+        # A window holding the closest passage gains SEMANTIC_SHARE times what one
+        # holding every question term once gains.
         self.weight = SEMANTIC_SHARE * (sum(weights.values()) or 1.0)
 
     def best_starts(self, count: int = 5) -> list[int]:
@@ -189,7 +207,7 @@ def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
         return Excerpt(text, [(0, len(text))], cut=False)
     head_end = _snap_end(text, min(head_chars, budget // 4), min(head_chars, budget // 4) // 2)
     head = text[:head_end]
-    occ = _occurrences(text.lower(), terms(question))
+    occ = _occurrences(text.lower(), terms(question), text)
     occ = {s: [h for h in hits if h >= head_end] for s, hits in occ.items()}
     occ = {s: hits for s, hits in occ.items() if hits}
     room = budget - len(head) - 2 * len(MARK)

@@ -316,7 +316,7 @@ class Corpus:
         A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
         how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
         from loomcli import semantic
-        from loomcli.ask import retrieval_query
+        from loomcli.excerpt import retrieval_query
         from loomcli.store import query_words
 
         if mode == "bm25":

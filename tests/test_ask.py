@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import ask, config
+from loomcli import ask, config, excerpt
 from loomcli.extract import Extracted
 from loomcli.store import Store
 
@@ -66,7 +66,7 @@ def big_store(tmp_path) -> Store:
 def test_prompt_never_exceeds_top_k_budgets_plus_instructions(tmp_path_factory, question,
                                                               top_k, budget, head):
     store = big_store(tmp_path_factory.mktemp("p"))
-    hits = store.search(ask.retrieval_query(question + " warp"), top_k * 2, "OR")
+    hits = store.search(excerpt.retrieval_query(question + " warp"), top_k * 2, "OR")
     prompt = ask.build_prompt(store, question + " warp", hits, top_k=top_k, budget=budget,
                               head_chars=head)
     assert prompt is not None

@@ -75,3 +75,18 @@ def test_never_exceeds_the_budget_and_spans_are_real(text, question, budget, hea
         assert text[start:end] in e.text
     if e.cut and len(e.spans) > 1:  # head + window(s): the head is at most a quarter
         assert e.spans[0] == (0, e.spans[0][1]) and e.spans[0][1] <= min(head, budget // 4)
+
+
+def test_identifiers_match_their_parts():
+    from loomcli.excerpt import _occurrences, terms
+
+    assert terms("what does panic_on_oops do to maxUserWatches on ext4?") == [
+        "panic_", "panic", "oops", "maxuse", "max", "user", "watche", "ext4", "ext"]
+    text = "kernel.panic_on_oops=1\nfs.inotify.max_user_watches\nuse maxUserWatches\n"
+    occ = _occurrences(text.lower(), ["oops", "watche", "user"], text)
+    assert {stem: [text[p:p + 6] for p in found] for stem, found in occ.items()} == {
+        "oops": ["oops=1"], "watche": ["watche", "Watche"], "user": ["user_w", "UserWa"]}
+    long = "filler line\n" * 400
+    question = "how many user watches?"
+    text = long + "fs.inotify.max_user_watches = 8192\n" + long
+    assert "max_user_watches = 8192" in excerpt(text, question, 1500, 200).text

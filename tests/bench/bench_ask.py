@@ -25,8 +25,7 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
-from loomcli.ask import retrieval_query
-from loomcli.excerpt import STOPWORDS, excerpt
+from loomcli.excerpt import STOPWORDS, excerpt, retrieval_query
 from loomcli.store import Store
 
 BUDGET, HEAD = 8000, 1200

@@ -52,8 +52,9 @@ def warm(work: Path) -> None:
     dst = sqlite3.connect(tmp / "index.db")
     src.backup(dst)
     src.close()
-    dst.execute("UPDATE vectors SET spans = spans || spans, vecs = vecs || vecs, "
-                "scales = scales || scales")
+    rows = dst.execute("SELECT file_id, spans, vecs, scales FROM vectors").fetchall()
+    dst.executemany("UPDATE vectors SET spans = ?, vecs = ?, scales = ? WHERE file_id = ?",
+                    [(sp * 2, vc * 2, sc * 2, fid) for fid, sp, vc, sc in rows])
     dst.commit()
     n = dst.execute("SELECT sum(length(scales)) / 4 FROM vectors").fetchone()[0]
     dst.close()

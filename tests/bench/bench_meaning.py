@@ -91,7 +91,7 @@ def evaluate(work: Path) -> None:
     import numpy as np
 
     from loomcli import semantic
-    from loomcli.ask import retrieval_query
+    from loomcli.excerpt import retrieval_query
     from loomcli.operations import Corpus
     from loomcli.store import Store
 
