@@ -7,6 +7,7 @@ nothing below them is visited or can be re-included (git's rule).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ def _read_ignore_file(folder: Path, base: bytes) -> list[ignore.Pattern]:
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return []
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise  # the folder itself is out of the OS's reach: the caller skips it
         # Indexing on without its rules would index what the user excluded: stop instead.
         raise IgnorePatternError(f"cannot read {path}: {exc.strerror or exc}",
                                  "make it readable (chmod a+r) or remove it, then scan again"
@@ -106,8 +109,13 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
     except OSError as exc:
         found.unreadable.append((rel_dir.rstrip("/"), exc.strerror or str(exc)))
         return
-    if rel_dir:  # a listed subfolder's own rules (the root's were loaded by the caller)
-        sub = _read_ignore_file(Path(abs_dir), os.fsencode(rel_dir))
+    # A listed subfolder's own rules (the root's were loaded by the caller).
+    if rel_dir and any(e.name == IGNORE_FILE for e in entries):
+        try:
+            sub = _read_ignore_file(Path(abs_dir), os.fsencode(rel_dir))
+        except OSError as exc:  # a path too long to open: the folder is one failed entry
+            found.unreadable.append((rel_dir.rstrip("/"), exc.strerror or str(exc)))
+            return
         patterns = patterns + sub if sub else patterns
     for entry in entries:
         name = entry.name
