@@ -442,6 +442,12 @@ def _protocol() -> type:
     class Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            # No Nagle: uvicorn writes a response's head and body separately, and with
+            # Nagle on, the body waited for the client's delayed ACK: 40 ms a request on
+            # keep-alive. (asyncio sets this only for sockets made with IPPROTO_TCP.)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
