@@ -437,12 +437,16 @@ def serve(
     corpus_root: Annotated[Path | None, typer.Option(
         "--corpus-root", help="Serve several corpora: DIR/<name>/notes, each its own index.")
     ] = None,
+    processes: Annotated[int | None, typer.Option(
+        "--processes", min=1, max=64, help="Server processes sharing the port (default: "
+        "one per core, at most 4).", show_default=False)] = None,
 ) -> None:
     """Serve loom's operations as JSON over HTTP."""
     from loomcli import config, http_server
 
     _corpus()  # a broken config fails here, at start; its warnings are shown once
-    http_server.serve(lambda: config.load(State.config_override), host, port, corpus_root)
+    http_server.serve(lambda: config.load(State.config_override), host, port, corpus_root,
+                      processes)
 
 
 @app.command()

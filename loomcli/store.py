@@ -232,6 +232,9 @@ class Store:
 
     # -- roots and display paths ---------------------------------------------------------
 
+    def forget_roots(self) -> None:
+        self._roots = None
+
     def roots(self) -> list[Root]:
         if self._roots is None:
             self._roots = [Root(*r) for r in self.conn.execute(

@@ -439,3 +439,16 @@ def test_a_read_over_the_time_budget_is_answered_503(scanned_notes, loom_home):
             200, {"matches": [], "truncated": False})
     finally:
         s.stop()
+
+
+def test_a_server_follows_the_index_through_a_rebuild(server, scanned_notes, loom_home):
+    status, body = server.call("POST", "/search", {"query": "sourdough"})
+    assert status == 200 and body["hits"][0]["path"] == "recipes/bread.md"
+    write(scanned_notes / "rye.md", "# Rye\n\nA dense pumpernickel loaf.\n")
+    subprocess.run([*LOOM, "scan", "--rebuild", str(scanned_notes)], check=True,
+                   capture_output=True)
+    assert (loom_home / "index.db.damaged").exists()  # the old file moved aside
+    status, body = server.call("POST", "/search", {"query": "pumpernickel"})
+    assert status == 200 and [h["path"] for h in body["hits"]] == ["rye.md"]
+    status, body = server.call("POST", "/grep", {"pattern": "pumpernickel"})
+    assert status == 200 and body["matches"][0]["path"] == "rye.md"
