@@ -468,10 +468,12 @@ def _protocol() -> type:
     return Protocol
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -528,8 +530,15 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
                         "create it, with one <name>/notes/ folder per corpus")
     import uvicorn
 
-    sock = bind(host, port)
+    # Linux spreads new connections evenly over sockets sharing a port (SO_REUSEPORT): each
+    # process gets its own, else one process took most keep-alive connections (measured:
+    # 190 req/s with a shared socket, against 330 on fresh connections).
+    spread = processes > 1 and sys.platform.startswith("linux")
+    sock = bind(host, port)  # without SO_REUSEPORT: a port in use is refused here
     bound_port = sock.getsockname()[1]
+    if spread:
+        sock.close()
+        sock = bind(host, bound_port, reuse_port=True)
     settings = Settings(config, host, bound_port)
     app = build_app(load_config, settings, corpus_root)
     server = uvicorn.Server(uvicorn.Config(
@@ -539,6 +548,9 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
     shown = f"[{host}]" if ":" in host else host
     children = _fork_workers(processes)
     if children is None:  # a worker process: serve until told to stop or orphaned
+        if spread:
+            sock.close()
+            sock = bind(host, bound_port, reuse_port=True)
         asyncio.run(_serve_child(server, sock))
         os._exit(0)
     sys.stderr.write(f"loom serve: listening on http://{shown}:{bound_port}"
