@@ -139,7 +139,6 @@ class SearchHit:
 class SearchResult:
     hits: list[SearchHit]
     warnings: list[str] = field(default_factory=list)
-    mode: str = "bm25"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hits": [h.to_dict() for h in self.hits]}
@@ -340,7 +339,7 @@ class Corpus:
                     part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4),
                                    near=near)
                     hit.content, hit.truncated = part.text, part.cut
-        return SearchResult(hits, warnings, chosen)
+        return SearchResult(hits, warnings)
 
     def _mode(self, mode: Any) -> str:
         from loomcli import embeddings

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from tests.llm_server import RecordingHandler
 
 
 class FakeEmbeddings:
@@ -21,16 +23,9 @@ class FakeEmbeddings:
         self._model: Any = None
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(RecordingHandler):
             def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                fake.requests.append({"path": self.path, "headers": dict(self.headers),
-                                      "body": body})
+                body = self.record(fake.requests)
                 if fake.stall_s:
                     time.sleep(fake.stall_s)
                 if fake.status != 200:

@@ -20,23 +20,29 @@ class Behaviour:
     stall_s: float = 0.0  # sleep before answering (to test time-outs)
 
 
+class RecordingHandler(BaseHTTPRequestHandler):
+    """Keep-alive, quiet, and `record()` reads a JSON body into `requests`."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def record(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+        return body
+
+
 class FakeLLM:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.behaviour = Behaviour()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(RecordingHandler):
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                fake.requests.append({"path": self.path, "headers": dict(self.headers),
-                                      "body": body})
+                self.record(fake.requests)
                 b = fake.behaviour
                 if b.stall_s:
                     time.sleep(b.stall_s)

@@ -322,3 +322,21 @@ def test_watch_gives_new_notes_vectors(notes, loom_home):
         assert vectors(loom_home)["dyes.md"] == "local:use-multilingual-v3"
     finally:
         assert watch.stop() == 0
+
+
+def test_a_blank_text_is_not_left_pending(tmp_path):
+    from loomcli.embeddings.build import embed_pending
+    from loomcli.embeddings.local import LocalUSE
+    from loomcli.extract import Extracted
+    from loomcli.store import Store
+
+    store = Store.open(tmp_path / "index.db", create=True)
+    with store.transaction():
+        root = store.ensure_root(tmp_path)
+        store.add_file(root.id, "blank.txt", "note", 9, 1, b"1", Extracted(" \n\f\n \n", ""))
+        store.add_file(root.id, "a.md", "note", 9, 1, b"2", Extracted("# A\n\nwords\n", "A"))
+    report = embed_pending(store, LocalUSE())
+    assert (report.embedded, report.pending) == (1, 0)
+    assert store.needing_vectors(report.model) == []
+    assert embed_pending(store, LocalUSE()).embedded == 0  # nothing is tried again
+    store.close()

@@ -108,8 +108,7 @@ def _files(store: Store, ids: list[int]) -> Iterator[tuple[int, bytes, list[str]
     for fid in ids:
         text = store.text_bytes(fid, 0, TEXT_BYTES).decode("utf-8", "ignore")
         spans, texts = passages(text)
-        if texts:
-            yield fid, np.asarray(spans, dtype=np.int32).tobytes(), texts
+        yield fid, np.asarray(spans, dtype=np.int32).tobytes(), texts
 
 
 class _Writer:
@@ -181,6 +180,9 @@ def embed_pending(store: Store, embedder: Embedder,
     store.conn.execute("BEGIN IMMEDIATE")
     try:
         for fid, span_bytes, texts in _files(store, ids):
+            if not texts:  # white space only: nothing to embed, and nothing pending
+                store.put_vectors(fid, model, 0, b"", b"", b"")
+                continue
             writer.expect(fid, span_bytes, -(-len(texts) // GROUP_PASSAGES))
             for i in range(0, len(texts), GROUP_PASSAGES):
                 part = texts[i:i + GROUP_PASSAGES]
