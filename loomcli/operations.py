@@ -42,6 +42,7 @@ SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 # A query of more content words than this is a question: BM25 ranks files by any of
 # them instead of first asking for all (measured: README, "Search by meaning").
 QUESTION_WORDS = 3
+QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
 
@@ -406,7 +407,7 @@ class Corpus:
         index = semantic.vector_index(store, embedder.identity)
         if len(index) == 0 or not query.strip():
             return None, []
-        vector = embedder.embed([query])[0]
+        vector = embedder.embed([query[:QUERY_EMBED_CHARS]])[0]
         return vector, index.rank(vector, n)
 
     def _embedder(self) -> Any:

@@ -18,6 +18,7 @@ from loomcli.errors import ProviderError
 from loomcli.providers import DEFAULT_ENDPOINTS, DEFAULT_KEY_ENV, HttpSettings
 
 BATCH = 32
+RESPONSE_BYTES_MAX = 64 << 20  # 32 vectors of 4,096 numbers are about 3 MB of JSON
 
 
 class RemoteEmbedder:
@@ -57,10 +58,19 @@ class RemoteEmbedder:
             url, body = f"{self.endpoint}/v1/embeddings", {"model": self.model, "input": texts}
             headers = ({"Authorization": f"Bearer {self.http.api_key}"}
                        if self.http.api_key else {})
+        chunks: list[bytes] = []
+        size = 0
         try:
-            raw = b"".join(self.http.post_lines(url, body, headers))
+            for line in self.http.post_lines(url, body, headers):
+                size += len(line)
+                if size > RESPONSE_BYTES_MAX:
+                    raise EmbeddingsError(f"{self.endpoint} sent more than "
+                                          f"{RESPONSE_BYTES_MAX >> 20} MB for {len(texts)} "
+                                          "embeddings", "check [embeddings] endpoint")
+                chunks.append(line)
         except ProviderError as exc:
             raise EmbeddingsError(exc.message, exc.hint) from None
+        raw = b"".join(chunks)
         try:
             data = json.loads(raw)
             if self.provider == "ollama":
