@@ -32,6 +32,7 @@ POOL = 2000  # passages closest to the query that rank the files
 PASSAGES_COUNTED, NEXT_PASSAGE_WEIGHT = 3, 0.6
 # Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
 # lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
+IDENTIFIERS_MAX = 8
 IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
 
 
@@ -164,4 +165,11 @@ def fuse(bm25: list[int], semantic: list[int], pinned: set[int] | None = None,
 
 
 def identifiers(query: str) -> list[str]:
-    return IDENTIFIER.findall(query)
+    """The query's identifiers, each once, at most IDENTIFIERS_MAX (each costs a query)."""
+    out: list[str] = []
+    for m in IDENTIFIER.finditer(query):
+        if m.group() not in out:
+            out.append(m.group())
+            if len(out) == IDENTIFIERS_MAX:
+                break
+    return out
