@@ -148,20 +148,6 @@ class SearchResult:
         return out
 
 
-def char_spans(text: str, spans: list[tuple[int, int, float]]
-               ) -> list[tuple[int, int, float]]:
-    """Byte ranges of `text`'s UTF-8 as character ranges (those inside the text)."""
-    if text.isascii():
-        return [(a, b, s) for a, b, s in spans if b <= len(text)]
-    data = text.encode("utf-8")
-    chars: dict[int, int] = {}
-    done_bytes = done_chars = 0
-    for point in sorted({x for a, b, _ in spans if b <= len(data) for x in (a, b)}):
-        done_chars += len(data[done_bytes:point].decode("utf-8", "ignore"))
-        chars[point], done_bytes = done_chars, point
-    return [(chars[a], chars[b], s) for a, b, s in spans if b <= len(data)]
-
-
 @dataclass
 class TextRange:
     path: str
@@ -427,6 +413,7 @@ class Corpus:
         if vector is None:
             return []
         from loomcli import semantic
+        from loomcli.embeddings import char_spans
 
         scored = semantic.passage_scores(store, file_id, self._embedder().identity, vector)
         return char_spans(text, scored)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli.embeddings import CHUNK_CHARS, byte_spans, chunk_spans, passages
+from loomcli.embeddings import CHUNK_CHARS, byte_spans, char_spans, chunk_spans, passages
 from tests.conftest import FIXTURES, write
 from tests.embed_server import FakeEmbeddings
 
@@ -110,7 +110,10 @@ def test_passages_cover_the_text_and_know_their_bytes(text):
     spans = chunk_spans(text)
     data = text.encode("utf-8")
     covered = set()
-    for (a, b), (ba, bb) in zip(spans, byte_spans(text, spans), strict=True):
+    in_bytes = byte_spans(text, spans)
+    assert char_spans(text, [(a, b, 0.5) for a, b in in_bytes]) == [
+        (a, b, 0.5) for a, b in spans]
+    for (a, b), (ba, bb) in zip(spans, in_bytes, strict=True):
         assert 0 <= a < b <= len(text) and b - a <= CHUNK_CHARS
         assert data[ba:bb].decode("utf-8") == text[a:b]
         covered.update(range(a, b))

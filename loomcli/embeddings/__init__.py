@@ -160,6 +160,21 @@ def byte_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]
     return out
 
 
+def char_spans(text: str, spans: list[tuple[int, int, float]]
+               ) -> list[tuple[int, int, float]]:
+    """The inverse of byte_spans: byte ranges of `text`'s UTF-8 as character ranges
+    (those inside the text), each with its score."""
+    if text.isascii():
+        return [(a, b, s) for a, b, s in spans if b <= len(text)]
+    data = text.encode("utf-8")
+    chars: dict[int, int] = {}
+    done_bytes = done_chars = 0
+    for point in sorted({x for a, b, _ in spans if b <= len(data) for x in (a, b)}):
+        done_chars += len(data[done_bytes:point].decode("utf-8", "ignore"))
+        chars[point], done_bytes = done_chars, point
+    return [(chars[a], chars[b], s) for a, b, s in spans if b <= len(data)]
+
+
 def passages(text: str) -> tuple[list[tuple[int, int]], list[str]]:
     """(byte ranges, texts) of the passages to embed."""
     spans = chunk_spans(text)
