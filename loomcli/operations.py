@@ -349,7 +349,6 @@ class Corpus:
         """(hit, how it matched) best first, warnings, and the query's vector (or None).
         A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
         how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
-        from loomcli import semantic
         from loomcli.excerpt import retrieval_query
         from loomcli.store import query_words
 
@@ -359,6 +358,8 @@ class Corpus:
                 operator = "OR"  # a question: its content words, any of them (README)
             return ([(h, "bm25") for h in store.search(
                 words if operator == "OR" else query, n, operator)], [], None)
+        from loomcli import semantic  # only searches by meaning need it
+
         warnings: list[str] = []
         passages: list[semantic.Passage] = []
         vector = None
