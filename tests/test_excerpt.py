@@ -90,3 +90,27 @@ def test_identifiers_match_their_parts():
     question = "how many user watches?"
     text = long + "fs.inotify.max_user_watches = 8192\n" + long
     assert "max_user_watches = 8192" in excerpt(text, question, 1500, 200).text
+
+
+def _occurrences_by_definition(text: str, stems: list[str]) -> dict[str, list[int]]:
+    """Every place a stem starts a word: after a non-alphanumeric (or `_`), or where a
+    lower-case ASCII letter meets an upper-case one."""
+    lower = text.lower()
+    found: dict[str, list[int]] = {}
+    for p in range(len(lower)):
+        if (p == 0 or not lower[p - 1].isalnum()
+                or ("a" <= text[p - 1] <= "z" and "A" <= text[p] <= "Z")):
+            for stem in stems:
+                if lower.startswith(stem, p):
+                    found.setdefault(stem, []).append(p)
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="abAB_ 1é.xX\n", max_size=60),
+       st.lists(st.text(alphabet="ab_1éx", min_size=1, max_size=3), min_size=1, max_size=4,
+                unique=True))
+def test_occurrences_are_every_word_start(text, stems):
+    from loomcli.excerpt import _occurrences
+
+    assert _occurrences(text.lower(), stems, text) == _occurrences_by_definition(text, stems)
