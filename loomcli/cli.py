@@ -6,6 +6,7 @@ imported inside the commands that need them, so `loom --help` starts fast.
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
@@ -491,6 +492,33 @@ def _usage_line(exc: Any) -> str:
     return f"{message} — try {command} --help"
 
 
+def _invoked(argv: list[str]) -> typer.Typer:
+    """The app with only the command being run: typer inspects every command's signature
+    before it parses the command line, a third of a short command's own start-up for
+    fifteen commands. `loom`, `loom --help`, an unknown command and shell completion get
+    the whole app (its help and errors list every command)."""
+    args = iter(argv)
+    name = None
+    for arg in args:
+        if arg == "--config":
+            next(args, None)
+        elif not arg.startswith("-"):
+            name = arg
+            break
+    if name is None or "_LOOM_COMPLETE" in os.environ:
+        return app
+    from typer.main import get_command_name
+
+    commands = [c for c in app.registered_commands
+                if (c.name or get_command_name(c.callback.__name__ if c.callback else "")) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    narrowed = copy.copy(app)
+    narrowed.registered_commands, narrowed.registered_groups = commands, groups
+    return narrowed
+
+
 def main() -> NoReturn:
     """Run the app; every error becomes one `loom: …` line on stderr and an exit code."""
     try:
@@ -499,7 +527,7 @@ def main() -> NoReturn:
         from click import exceptions as click_errors  # type: ignore[no-redef]
     code: Any = 0
     try:
-        code = app(prog_name="loom", standalone_mode=False)
+        code = _invoked(sys.argv[1:])(prog_name="loom", standalone_mode=False)
     except click_errors.NoArgsIsHelpError as exc:
         sys.stdout.write(exc.format_message() + "\n")
         code = Exit.ERROR

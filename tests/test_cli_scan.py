@@ -223,6 +223,12 @@ def test_init_writes_a_valid_starting_config(loom_home, notes):
      "loom: No such command 'serch'. Did you mean 'search', 'serve'? — try loom --help\n"),
     (["search", "x", "--bogus"],
      "loom: No such option: --bogus — try loom search --help\n"),
+    # Only the command being run is built (start-up): errors around it are unchanged.
+    (["config", "sett"],
+     "loom: No such command 'sett'. Did you mean 'set'? — try loom config --help\n"),
+    (["--config"], "loom: Option '--config' requires an argument — try loom --help\n"),
+    (["--config", "/nonexistent.toml", "grep"],
+     "loom: Missing argument 'pattern' — try loom grep --help\n"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, message, scanned_notes):
     proc = loom(*args, check=2)
