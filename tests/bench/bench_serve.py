@@ -1,6 +1,6 @@
 """`loom serve` under load: the Starlette/uvicorn server against the old standard-library one.
 
-    python tests/bench/bench_serve.py [--work /tmp/loom-bench] [--old REV]
+    python tests/bench/bench_serve.py [--work /tmp/loom-bench] [--old REV] [--new-only]
 
 Indexes the kernel docs once, then runs, for each server in the same run: 50 concurrent
 clients x 40 requests (half `/search`, half `/grep`, realistic queries and selective
@@ -107,6 +107,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=Path("/tmp/loom-bench"))
     ap.add_argument("--old", default="e3b0f6b")
+    ap.add_argument("--new-only", action="store_true",
+                    help="skip 0.1's server (it takes minutes to time out): quick runs")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_scan import prepare_kernel  # the kernel docs, unpacked as bench_scan does
@@ -122,7 +124,8 @@ def main() -> None:
                     args.old], check=True, capture_output=True)
     results: dict[str, dict[str, dict[str, float]]] = {}
     try:
-        for name, tree in [("old (http.server)", old_tree), ("new (uvicorn)", ROOT)]:
+        servers = [("old (http.server)", old_tree), ("new (uvicorn)", ROOT)]
+        for name, tree in servers[1:] if args.new_only else servers:
             proc, port = start([sys.executable, "-m", "loomcli", "serve", "--port", "0"], env,
                                tree)
             try:
@@ -141,10 +144,12 @@ def main() -> None:
         for mode, r in modes.items():
             print(f"{name:<20} {mode:<11} {r['failed']:>6.0f} {r['p50_ms']:>8.1f} "
                   f"{r['p99_ms']:>8.1f} {r['rps']:>7.1f}")
-    old, new = results["old (http.server)"], results["new (uvicorn)"]
-    for mode in ("keep-alive", "fresh"):
-        print(f"{mode}: req/s new/old = {new[mode]['rps'] / old[mode]['rps']:.2f}x, "
-              f"p99 new/old = {new[mode]['p99_ms'] / old[mode]['p99_ms']:.2f}x")
+    new = results["new (uvicorn)"]
+    if not args.new_only:
+        old = results["old (http.server)"]
+        for mode in ("keep-alive", "fresh"):
+            print(f"{mode}: req/s new/old = {new[mode]['rps'] / old[mode]['rps']:.2f}x, "
+                  f"p99 new/old = {new[mode]['p99_ms'] / old[mode]['p99_ms']:.2f}x")
     print(f"new: keep-alive/fresh req/s = "
           f"{new['keep-alive']['rps'] / new['fresh']['rps']:.2f}x")
 

@@ -1,0 +1,293 @@
+"""An archive, not a folder: how loom's costs grow from the kernel docs to ≈ 50,000 files.
+
+    python tests/bench/bench_archive.py [--work /tmp/loom-bench] [--runs 5] [--qmd-dir /opt/qmd]
+
+The archive corpus, built once under WORK/archive from Debian packages:
+  kernel/   the kernel docs (linux-doc-6.1, as bench_scan.py unpacks them)
+  notes/    40,000 small notes, one kernel-docs paragraph a file, 1,000 to a folder
+  texlive/  every PDF of texlive-latex-base-doc, -latex-extra-doc and -pictures-doc
+  python/   the HTML of python3.11-doc
+and WORK/archive-text: pdftotext's output of every PDF there, what ripgrep reads in
+their place. Measured in one run, each for the kernel docs alone and for the archive:
+full scan, no-change rescan (time and peak RSS of the process and its workers), index
+size, cold `loom search` (median of --runs per query), cold `loom grep` for a selective
+literal and a literal-free pattern against `rg` over the plain text (and pdftotext's
+output), `pdfgrep -r` over the PDFs, `loom get` of a range of the largest text, and
+`loom status`; qmd (BM25) on the text part (kernel + notes) for scan, rescan and search.
+Every result is checked: loom's grep hits on the plain-text files equal rg's.
+`tests/bench/setup.sh` installs the packages and qmd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KERNEL_SRC = Path("/usr/share/doc/linux-doc-6.1/Documentation")
+TEXLIVE_SRC = Path("/usr/share/doc/texlive-doc")
+PYTHON_SRC = Path("/usr/share/doc/python3.11/html")
+NOTES = 40_000
+QUERIES = ["watchdog timer", "memory barrier", "device tree binding", "page cache writeback",
+           "tikz arrow styles", "hyperref link colours", "asyncio event loop"]
+SELECTIVE = ["IRQF_ONESHOT", "pdfTeX warning"]
+LITERAL_FREE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+
+
+# -- the corpus ------------------------------------------------------------------------
+
+def copy_kernel(dest: Path) -> None:
+    for src in KERNEL_SRC.rglob("*"):
+        if src.is_file():
+            rel = str(src.relative_to(KERNEL_SRC))
+            out = dest / (rel[:-3] if src.suffix == ".gz" else rel)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if src.suffix == ".gz":
+                with gzip.open(src) as fh:
+                    out.write_bytes(fh.read())
+            else:
+                shutil.copyfile(src, out)
+
+
+def write_notes(kernel: Path, dest: Path) -> None:
+    """Paragraphs of the kernel docs, one a note, in a stable order (as a Zettelkasten
+    holds them: a short title line, then the paragraph)."""
+    seen: set[bytes] = set()
+    count = 0
+    for src in sorted(p for p in kernel.rglob("*") if p.suffix in (".rst", ".txt")):
+        for para in re.split(r"\n\s*\n", src.read_text(errors="replace")):
+            para = para.strip()
+            key = hashlib.blake2b(para.encode(), digest_size=8).digest()
+            if len(para) < 120 or key in seen:
+                continue
+            seen.add(key)
+            folder = dest / f"{count // 1000:02d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            title = re.sub(r"\s+", " ", para[:60]).strip()
+            (folder / f"{count:05d}.md").write_text(f"# {title}\n\n{para}\n\n"
+                                                     f"source: {src.relative_to(kernel)}\n")
+            count += 1
+            if count == NOTES:
+                return
+    sys.exit(f"only {count} paragraphs of 120+ chars in the kernel docs")
+
+
+def prepare(work: Path) -> tuple[Path, Path]:
+    archive, text = work / "archive", work / "archive-text"
+    marker = work / "archive.done"
+    if marker.exists():
+        return archive, text
+    for src, pkg in ((KERNEL_SRC, "linux-doc-6.1"), (TEXLIVE_SRC, "texlive-latex-base-doc"),
+                     (PYTHON_SRC, "python3.11-doc")):
+        if not src.exists():
+            sys.exit(f"{src} missing: run tests/bench/setup.sh (needs {pkg})")
+    shutil.rmtree(archive, ignore_errors=True)
+    shutil.rmtree(text, ignore_errors=True)
+    copy_kernel(archive / "kernel")
+    write_notes(archive / "kernel", archive / "notes")
+    pdfs = sorted(TEXLIVE_SRC.rglob("*.pdf"))
+    for pdf in pdfs:
+        out = archive / "texlive" / pdf.relative_to(TEXLIVE_SRC)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pdf, out)
+    for html in PYTHON_SRC.rglob("*.html"):
+        out = archive / "python" / html.relative_to(PYTHON_SRC)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(html, out)
+    # What ripgrep reads in place of the PDFs: pdftotext's output, made once, on all cores.
+    (text / "texlive").mkdir(parents=True)
+    jobs = "\n".join(str(p.relative_to(archive / "texlive"))
+                     for p in (archive / "texlive").rglob("*.pdf"))
+    script = 'mkdir -p "$2/$(dirname "$1")" && pdftotext -q "$1" "$2/$1.txt" || true'
+    subprocess.run(["xargs", "-P", str(os.cpu_count() or 2), "-I{}", "sh", "-c", script,
+                    "sh", "{}", str(text / "texlive")], input=jobs, text=True,
+                   cwd=archive / "texlive", check=True)
+    marker.write_text("ok")
+    return archive, text
+
+
+# -- measuring -------------------------------------------------------------------------
+
+def run_measured(cmd: list[str], env: dict[str, str], cwd: Path | None = None,
+                 ok: tuple[int, ...] = (0, 1)) -> tuple[float, float, str]:
+    """(seconds, peak RSS in MB of the command and its children, stdout), from a fresh
+    wrapper process so the maximum covers only this command."""
+    wrapper = ("import resource, subprocess, sys, time, json; t = time.perf_counter(); "
+               "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, "
+               "stderr=subprocess.PIPE, text=True); "
+               "print(json.dumps([time.perf_counter() - t, "
+               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode, "
+               "p.stdout[-2000:], p.stderr[-2000:]]))")
+    out = subprocess.run([sys.executable, "-c", wrapper, *cmd], env=env, cwd=cwd,
+                         capture_output=True, text=True, check=True).stdout
+    seconds, rss_kb, code, stdout, stderr = json.loads(out)
+    if code not in ok:
+        sys.exit(f"{' '.join(cmd)} failed ({code}): {stderr}")
+    return seconds, rss_kb / 1024, stdout
+
+
+def timed(cmd: list[str], env: dict[str, str], runs: int, cwd: Path | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def index_mb(home: Path) -> float:
+    db = home / "index.db"
+    subprocess.run([sys.executable, "-c", "import sqlite3, sys; sqlite3.connect(sys.argv[1])"
+                    ".execute('PRAGMA wal_checkpoint(TRUNCATE)')", str(db)], check=True)
+    return sum(f.stat().st_size for f in home.glob("index.db*")) / 1e6
+
+
+def rg_hits(pattern: str, folders: list[Path]) -> set[tuple[str, int]]:
+    out = subprocess.run(["rg", "-n", "--no-heading", "--no-ignore", "--hidden", "-g", "*.rst",
+                          "-g", "*.txt", "-g", "*.md", "--", pattern, *map(str, folders)],
+                         capture_output=True, text=True).stdout
+    hits = set()
+    for line in out.splitlines():
+        path, num, _ = line.split(":", 2)
+        hits.add((path, int(num)))
+    return hits
+
+
+def loom_hits(loom: str, env: dict[str, str], pattern: str, roots: dict[str, Path]
+              ) -> set[tuple[str, int]]:
+    out = subprocess.run([loom, "grep", "--case-sensitive", "--limit", "100000", "--json",
+                          "--", pattern], env=env, capture_output=True, text=True).stdout
+    hits = set()
+    for m in json.loads(out)["matches"]:
+        if len(roots) == 1:  # one indexed folder: paths are relative to it
+            root, rel = next(iter(roots)), m["path"]
+        else:
+            root, _, rel = m["path"].partition("/")
+        if root in roots and not m["path"].endswith((".pdf", ".html")):
+            hits.add((str(roots[root] / rel), m["line"]))
+    return hits
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", type=Path, default=Path("/tmp/loom-bench"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--loom", default=shutil.which("loom") or "loom")
+    ap.add_argument("--qmd-dir", type=Path, default=Path("/opt/qmd"))
+    ap.add_argument("--skip-qmd", action="store_true")
+    ap.add_argument("--skip-pdfgrep", action="store_true")
+    args = ap.parse_args()
+    work: Path = args.work
+    # As an installed loom runs: its bytecode compiled (pip and pipx do that at install).
+    subprocess.run([sys.executable, "-m", "compileall", "-q",
+                    str(Path(__file__).resolve().parents[2] / "loomcli")], check=True)
+    archive, text = prepare(work)
+    kernel = archive / "kernel"
+    n_files = sum(1 for p in archive.rglob("*") if p.is_file())
+    print(f"archive: {n_files} files under {archive}", flush=True)
+    qmd_bin = args.qmd_dir / "node_modules" / ".bin"
+    results: dict[str, dict[str, float]] = {}
+
+    for name, roots in (("kernel", [kernel]),
+                        ("archive", [kernel, archive / "notes", archive / "texlive",
+                                     archive / "python"])):
+        home = work / f"archive-home-{name}"
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir()
+        env = {**os.environ, "LOOM_HOME": str(home)}
+        r: dict[str, float] = {}
+        r["scan_s"], r["scan_rss_mb"], _ = run_measured([args.loom, "scan", *map(str, roots)],
+                                                        env)
+        print(f"{name}: full scan {r['scan_s']:.1f} s", flush=True)
+        rescans = [run_measured([args.loom, "scan"], env) for _ in range(args.runs)]
+        r["rescan_s"] = statistics.median(s for s, _, _ in rescans)
+        r["rescan_rss_mb"] = max(m for _, m, _ in rescans)
+        r["index_mb"] = index_mb(home)
+        r["search_s"] = statistics.median(timed([args.loom, "search", q], env, args.runs)
+                                          for q in QUERIES)
+        r["search_rss_mb"] = max(run_measured([args.loom, "search", q], env)[1]
+                                 for q in QUERIES)
+        r["status_s"], r["status_rss_mb"], _ = run_measured([args.loom, "status"], env)
+        r["files_s"], r["files_rss_mb"], _ = run_measured([args.loom, "files"], env)
+        listing = subprocess.run([args.loom, "files", "--json"], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+        big = max(json.loads(listing)["files"], key=lambda f: f.get("content_len", 0))
+        r["get_s"] = timed([args.loom, "get", big["path"], "--offset",
+                            str(big["content_len"] // 2), "--length", "200"], env, args.runs)
+        plain = [kernel] if name == "kernel" else [kernel, archive / "notes", text]
+        names = {p.name: p for p in roots}
+        for pat in SELECTIVE + [LITERAL_FREE]:
+            key = "literal_free" if pat == LITERAL_FREE else pat
+            r[f"grep {key}"] = timed([args.loom, "grep", "--", pat], env, args.runs)
+            r[f"grep_rss {key}"] = run_measured([args.loom, "grep", "--", pat], env)[1]
+            r[f"rg {key}"] = timed(["rg", "-n", "--no-ignore", "-g", "*.rst", "-g", "*.txt",
+                                    "-g", "*.md", "--", pat, *map(str, plain)], env, args.runs)
+            theirs = rg_hits(pat, [kernel] if name == "kernel" else [kernel, archive / "notes"])
+            ours = loom_hits(args.loom, env, pat, names)
+            same = ours == theirs
+            print(f"{name}: grep {pat!r}: loom {len(ours)} plain-text hits, rg {len(theirs)}"
+                  f" — {'same' if same else 'DIFFERENT'}", flush=True)
+            r[f"same {key}"] = float(same)
+        if name == "archive" and not args.skip_pdfgrep:
+            start = time.perf_counter()
+            subprocess.run(["pdfgrep", "-r", "-c", SELECTIVE[1], str(archive / "texlive")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            r["pdfgrep pdfTeX warning"] = time.perf_counter() - start
+        if not args.skip_qmd:
+            qh = work / f"archive-qmd-{name}"
+            shutil.rmtree(qh, ignore_errors=True)
+            qh.mkdir()
+            qenv = {**os.environ, "HOME": str(qh), "XDG_CACHE_HOME": str(qh / "cache"),
+                    "XDG_CONFIG_HOME": str(qh / "config"),
+                    "PATH": f"{qmd_bin}:{os.environ['PATH']}"}
+            text_roots = [kernel] if name == "kernel" else [kernel, archive / "notes"]
+            qs, qrss = 0.0, 0.0
+            for i, root in enumerate(text_roots):
+                s, m, _ = run_measured(["qmd", "collection", "add", str(root), "--name",
+                                        f"c{i}", "--mask", "**/*.{rst,txt,md}"], qenv, cwd=qh)
+                qs, qrss = qs + s, max(qrss, m)
+            r["qmd_scan_s"], r["qmd_scan_rss_mb"] = qs, qrss
+            r["qmd_rescan_s"] = statistics.median(
+                run_measured(["qmd", "update"], qenv, cwd=qh)[0] for _ in range(args.runs))
+            r["qmd_search_s"] = statistics.median(
+                timed(["qmd", "search", q], qenv, args.runs, cwd=qh) for q in QUERIES)
+            r["qmd_index_mb"] = sum(
+                f.stat().st_size for f in (qh / "cache" / "qmd").glob("index.sqlite*")) / 1e6
+        results[name] = r
+        (work / "archive-results.json").write_text(json.dumps(results, indent=2))
+
+    k, a = results["kernel"], results["archive"]
+    print(f"\n{'measure':<34} {'kernel docs':>12} {'archive':>12} {'growth':>7}")
+    for key in k:
+        if key.startswith("same"):
+            continue
+        print(f"{key:<34} {k[key]:>12.3f} {a[key]:>12.3f} {a[key] / k[key]:>6.1f}x")
+    print("\nratios (loom / peer, lower is better):")
+    for name, r in results.items():
+        for pat in SELECTIVE + ["literal_free"]:
+            print(f"  {name}: grep {pat!r} vs rg: {r[f'grep {pat}'] / r[f'rg {pat}']:.2f}x")
+        if "pdfgrep pdfTeX warning" in r:
+            print(f"  {name}: grep 'pdfTeX warning' vs pdfgrep -r: "
+                  f"{r['grep pdfTeX warning'] / r['pdfgrep pdfTeX warning']:.4f}x")
+        if "qmd_scan_s" in r:
+            for m in ("scan_s", "rescan_s", "search_s", "index_mb"):
+                print(f"  {name}: {m} vs qmd (text part): {r[m] / r['qmd_' + m]:.2f}x")
+    peak = max(v for key, v in a.items() if "rss" in key)
+    worst_grep = max(a[f"grep {p}"] / a[f"rg {p}"] for p in SELECTIVE)
+    print(f"\ngoals on the archive: peak RSS <= 500 MB ({peak:.0f} MB), rescan < 3 s "
+          f"({a['rescan_s']:.2f} s), cold search < 0.15 s ({a['search_s']:.3f} s), "
+          f"selective grep <= 0.5x rg ({worst_grep:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
