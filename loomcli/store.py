@@ -166,6 +166,13 @@ def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str
     return lead + joined + tail
 
 
+# 16 KB pages for a new index: texts are long rows, read whole by grep, and a row read
+# through a chain of 4 KB overflow pages cost half again as much (measured on the archive
+# corpus: a grep verifying 43 MB of candidate text 73 -> 46 ms). 64 KB pages saved 7 ms
+# more but make every small lookup read 64 KB.
+PAGE_SIZE = 16384
+
+
 class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
@@ -195,6 +202,8 @@ class Store:
         try:
             conn.execute("PRAGMA busy_timeout = 30000")
             check_owner(conn, path)
+            # Takes effect only when the file is created (in WAL mode it is fixed).
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")

@@ -38,6 +38,22 @@ def test_wal_mode_and_migrations_recorded(store):
     assert names == ["001_initial", "002_trigrams", "003_vectors"]
 
 
+def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):
+    import sqlite3
+
+    from loomcli.migrations import migrate
+
+    assert store.conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old, isolation_level=None)
+    conn.execute("PRAGMA page_size = 4096")  # an index made with 4 KB pages, as 0.1 made
+    migrate(conn)
+    conn.close()
+    with Store.open(old) as reopened:
+        assert reopened.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert reopened.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def test_search_ranks_title_and_body(store):
     hits = store.search("weaving", 10)
     assert [h.path for h in hits] == ["a.md", "b.md"]  # the title match ranks first
