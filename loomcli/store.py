@@ -172,6 +172,14 @@ def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str
 # more but make every small lookup read 64 KB.
 PAGE_SIZE = 16384
 
+# The FTS tables read a file's text from the tables themselves: scalar subqueries in a
+# one-row VALUES, never INSERT … SELECT. A statement that may write several rows opens a
+# savepoint, and FTS5 writes its pending terms to disk at every savepoint: one tiny
+# segment per file, merged over and over (measured on 40,000 notes: the trigram index
+# 4.3 -> 0.6 s, the BM25 index 1.4 -> 0.2 s).
+_TITLE_OF = "(SELECT title FROM files WHERE id = ?1)"
+_BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
+
 
 class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
@@ -319,12 +327,11 @@ class Store:
     def _fts_delete(self, file_id: int) -> None:
         """Take a file's old text out of both indexes (FTS5 external content wants the
         exact old values; SQLite reads them itself, Python never holds them)."""
-        self.conn.execute(
-            "INSERT INTO fts (fts, rowid, title, body) SELECT 'delete', id, title, body "
-            "FROM fts_source WHERE id = ?", (file_id,))
-        self.conn.execute(
-            "INSERT INTO grams (grams, rowid, body) SELECT 'delete', id, body FROM docs "
-            "WHERE id = ?", (file_id,))
+        if self.conn.execute("SELECT 1 FROM docs WHERE id = ?", (file_id,)).fetchone():
+            self.conn.execute(f"INSERT INTO fts (fts, rowid, title, body) VALUES "
+                              f"('delete', ?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
+            self.conn.execute(f"INSERT INTO grams (grams, rowid, body) VALUES "
+                              f"('delete', ?1, {_BODY_OF})", (file_id,))
 
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
                  digest: bytes, doc: Extracted) -> int:
@@ -345,10 +352,10 @@ class Store:
         self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
                           (file_id, doc.text, pages))
         doc.text = ""
-        self.conn.execute("INSERT INTO fts (rowid, title, body) SELECT id, title, body "
-                          "FROM fts_source WHERE id = ?", (file_id,))
-        self.conn.execute("INSERT INTO grams (rowid, body) SELECT id, body FROM docs "
-                          "WHERE id = ?", (file_id,))
+        self.conn.execute(f"INSERT INTO fts (rowid, title, body) VALUES "
+                          f"(?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
+        self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
+                          (file_id,))
 
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
                         doc: Extracted) -> None:
