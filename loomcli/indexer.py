@@ -323,7 +323,7 @@ class Indexer:
                        vanished_ids: dict[int, FileRow], force: bool) -> bool:
         """Handle one changed or new file; True when it is a document left for the
         workers (a PDF, web page, office file or e-book)."""
-        if not self._read(item, report):
+        if not self._read(item, report, force):
             return False
         if self._unchanged_or_moved(item, report, vanished, vanished_ids, force):
             return False
@@ -345,15 +345,16 @@ class Indexer:
         report.failed += 1
         report.errors.append({"path": path, "error": error})
 
-    def _read(self, item: _Todo, report: ScanReport) -> bool:
+    def _read(self, item: _Todo, report: ScanReport, force: bool) -> bool:
         """Read (and hash) a changed or new file. A large indexed file is hashed in chunks
-        first: when only its mtime changed, it is never held in memory."""
+        first: when only its mtime changed, it is never held in memory (`--force` reads
+        it: it is extracted again)."""
         try:
             if item.row is not None and item.row.hash and item.ref.size > STREAM_HASH_BYTES:
                 with open_regular_file(item.ref.abspath) as fh:
                     item.digest = hashlib.file_digest(
                         fh, lambda: hashlib.blake2b(digest_size=16)).digest()
-                if item.digest == item.row.hash and not item.row.error:
+                if item.digest == item.row.hash and not item.row.error and not force:
                     return True  # unchanged: _unchanged_or_moved skips it
             item.data = read_regular_file(item.ref.abspath)
         except OSError as exc:

@@ -171,6 +171,18 @@ def test_force_re_extracts(notes):
     assert counts(run(notes, force=True)) == (0, 9, 0, 0, 0, 0)
 
 
+def test_files_hashed_in_chunks_skip_when_touched_and_re_extract_when_forced(
+        notes, monkeypatch):
+    from loomcli import indexer
+
+    monkeypatch.setattr(indexer, "STREAM_HASH_BYTES", 10)  # every file is "large"
+    run(notes)
+    for path in notes.rglob("*.md"):
+        bump(path)
+    assert counts(run(notes)) == (0, 0, 0, 0, 9, 0)
+    assert counts(run(notes, force=True)) == (0, 9, 0, 0, 0, 0)
+
+
 def test_only_files_under_the_scanned_roots_change(notes, tmp_path):
     other = tmp_path / "other"
     write(other / "x.md", "# Other\nhello\n")
