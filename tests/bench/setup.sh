@@ -3,6 +3,7 @@
 set -euo pipefail
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-doc-6.1 texlive-latex-base-doc \
+    texlive-latex-extra-doc texlive-pictures-doc python3.11-doc \
     poppler-utils ripgrep pdfgrep hyperfine
 QMD_DIR=${QMD_DIR:-/opt/qmd}
 mkdir -p "$QMD_DIR" && cd "$QMD_DIR"
