@@ -53,9 +53,24 @@ def _too_big() -> ExtractionError:
                            "open it in a PDF viewer and save a repaired copy")
 
 
+def _memory_trimmer() -> Callable[[], Any]:
+    """glibc's malloc_trim: hands the heap a large document left free back to the system
+    (glibc keeps it otherwise; measured on the texlive manuals: the scan's process tree
+    peaked at 809-827 MB instead of 950-960 MB, its largest worker 350 MB instead of
+    404-419 MB). A no-op elsewhere."""
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return lambda: None
+    return lambda: trim(0)
+
+
 def _worker(conn: Connection, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory()
+    give_back_memory = _memory_trimmer()
     from loomcli.extract.documents import extract_file
 
     while True:
@@ -83,6 +98,8 @@ def _worker(conn: Connection, parent: int) -> None:
         except Exception as exc:  # a parser bug must not stop the scan
             result = ExtractionError(f"extraction failed ({type(exc).__name__}: {exc})")
         conn.send((key, result))
+        del result
+        give_back_memory()
 
 
 def worker_context() -> Any:
