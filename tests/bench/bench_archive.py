@@ -128,21 +128,26 @@ def prepare(work: Path) -> tuple[Path, Path]:
 def run_measured(cmd: list[str], env: dict[str, str], cwd: Path | None = None,
                  ok: tuple[int, ...] = (0, 1)) -> tuple[float, float, str]:
     """(seconds, peak RSS in MB of the command's whole process tree — its workers too,
-    summed, sampled every 50 ms —, stdout)."""
+    summed, sampled every 50 ms; at least the command's own peak —, stdout)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err, text=True,
                                 start_new_session=True)
-        peak = 0
-        while proc.poll() is None:
+        peak = 0.0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
             peak = max(peak, tree_rss_mb(proc.pid))
             time.sleep(0.05)
         seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak = max(peak, usage.ru_maxrss / 1024)  # a short command the samples missed
         out.seek(0)
         err.seek(0)
         if proc.returncode not in ok:
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read()[-2000:]}")
-        return seconds, float(peak), out.read()
+        return seconds, peak, out.read()
 
 
 def timed(cmd: list[str], env: dict[str, str], runs: int, cwd: Path | None = None) -> float:
