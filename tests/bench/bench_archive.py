@@ -23,7 +23,6 @@ qmd (BM25) indexes the kernel docs and the text part for scan, rescan and search
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_hostile import tree_rss_mb  # noqa: E402  (summed RSS of a process tree)
+from bench_scan import prepare_kernel  # noqa: E402  (the kernel docs, unpacked once)
 
 KERNEL_SRC = Path("/usr/share/doc/linux-doc-6.1/Documentation")
 TEXLIVE_SRC = Path("/usr/share/doc/texlive-doc")
@@ -52,19 +52,6 @@ RG_GLOBS = ["-g", "*.rst", "-g", "*.txt", "-g", "*.md"]
 
 
 # -- the corpus ------------------------------------------------------------------------
-
-def copy_kernel(dest: Path) -> None:
-    for src in KERNEL_SRC.rglob("*"):
-        if src.is_file():
-            rel = str(src.relative_to(KERNEL_SRC))
-            out = dest / (rel[:-3] if src.suffix == ".gz" else rel)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            if src.suffix == ".gz":
-                with gzip.open(src) as fh:
-                    out.write_bytes(fh.read())
-            else:
-                shutil.copyfile(src, out)
-
 
 def write_notes(kernel: Path, dest: Path) -> None:
     """Paragraphs of the kernel docs, one a note, in a stable order (as a Zettelkasten
@@ -100,7 +87,7 @@ def prepare(work: Path) -> tuple[Path, Path]:
             sys.exit(f"{src} missing: run tests/bench/setup.sh (needs {pkg})")
     shutil.rmtree(archive, ignore_errors=True)
     shutil.rmtree(text, ignore_errors=True)
-    copy_kernel(archive / "kernel")
+    shutil.copytree(prepare_kernel(work), archive / "kernel")  # unpacked as bench_scan does
     write_notes(archive / "kernel", archive / "notes")
     pdfs = sorted(TEXLIVE_SRC.rglob("*.pdf"))
     for pdf in pdfs:
