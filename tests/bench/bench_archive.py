@@ -112,29 +112,35 @@ def prepare(work: Path) -> tuple[Path, Path]:
 
 # -- measuring -------------------------------------------------------------------------
 
+# Runs a command and prints the largest peak RSS among its processes (RUSAGE_CHILDREN):
+# from this small wrapper, not from the benchmark (a child forked from a large process
+# starts its count at the parent's size).
+WRAPPER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code, "
+           "file=sys.stderr)")
+
+
 def run_measured(cmd: list[str], env: dict[str, str], cwd: Path | None = None,
                  ok: tuple[int, ...] = (0, 1)) -> tuple[float, float, str]:
     """(seconds, peak RSS in MB of the command's whole process tree — its workers too,
-    summed, sampled every 50 ms; at least the command's own peak —, stdout)."""
+    summed, sampled every 50 ms; at least its largest process's own peak —, stdout)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, *cmd], env=env, cwd=cwd,
+                                stdout=out, stderr=err, text=True, start_new_session=True)
+        own = tree_rss_mb(proc.pid)  # the wrapper alone, before it starts the command
         peak = 0.0
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            peak = max(peak, tree_rss_mb(proc.pid))
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_mb(proc.pid) - own)
             time.sleep(0.05)
         seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        peak = max(peak, usage.ru_maxrss / 1024)  # a short command the samples missed
         out.seek(0)
         err.seek(0)
-        if proc.returncode not in ok:
-            sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read()[-2000:]}")
-        return seconds, peak, out.read()
+        *messages, last = err.read().rstrip("\n").split("\n")
+        rss_kb, code = map(int, last.split())
+        if code not in ok:
+            sys.exit(f"{' '.join(cmd)} failed ({code}): {chr(10).join(messages)[-2000:]}")
+        return seconds, max(peak, rss_kb / 1024), out.read()
 
 
 def timed(cmd: list[str], env: dict[str, str], runs: int, cwd: Path | None = None) -> float:
