@@ -10,6 +10,7 @@ would cross a newline is looked for again inside its own line.
 from __future__ import annotations
 
 import json
+import re
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -173,6 +174,11 @@ def _context(buf: bytes, line_start: int, line_end: int, n: int) -> tuple[list[s
     return before, after
 
 
+# `\A`, `\z` or a flag turned off (`(?-m)`): where the text starts and ends matters, so
+# such a pattern reads whole texts, never blocks of them.
+_WHOLE_TEXT = re.compile(r"\\[Az]|\(\?[a-zA-Z]*-")
+
+
 def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, int]]:
     """Yield (line number, match start, match end, line start, line end) per matching line."""
     pos = 0
@@ -223,18 +229,28 @@ def grep(store: Store, pattern: str, *, path: str | None = None,
     elif glob_patterns:
         file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
     match = query_for(pattern) if indexed and path is None else None
+    blocks: dict[int, set[int]] | None = None
     if match:
-        holding = set(store.candidates(match))
+        holding = store.candidates(match)
         file_ids = [fid for fid in (holding if file_ids is None else file_ids)
                     if fid in holding]
+        # Only the candidate blocks of a long text are read: a match lies inside one
+        # line, so inside one block. Not with context lines (they may lie in the next
+        # block), nor for a pattern that sees where the text starts or ends.
+        if not context and not _WHOLE_TEXT.search(pattern):
+            blocks = holding
     matches: list[Match] = []
-    for _fid, shown, buf, pages_json in store.iter_texts(file_ids):
+    for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, blocks):
         pages = json.loads(pages_json) if pages_json else None
-        for line_no, start, end, line_start, line_end in search_text(regex, buf):
-            if len(matches) == limit:
-                return GrepResult(matches, truncated=True)
-            text, trimmed = _trim(buf, line_start, line_end, start, end)
-            before, after = _context(buf, line_start, line_end, context) if context else ([], [])
-            page = bisect_right(pages, start) if pages else None
-            matches.append(Match(shown, line_no, start, page, text, before, after, trimmed))
+        for first_byte, first_line, buf in pieces:
+            for line_no, start, end, line_start, line_end in search_text(regex, buf):
+                if len(matches) == limit:
+                    return GrepResult(matches, truncated=True)
+                text, trimmed = _trim(buf, line_start, line_end, start, end)
+                before, after = (_context(buf, line_start, line_end, context) if context
+                                 else ([], []))
+                offset = first_byte + start
+                page = bisect_right(pages, offset) if pages else None
+                matches.append(Match(shown, first_line + line_no - 1, offset, page, text,
+                                     before, after, trimmed))
     return GrepResult(matches, truncated=False)

@@ -16,9 +16,9 @@ BODY_WEIGHT = 1.0
 # finds "configure" for "configuring"; remove_diacritics lets "cafe" find "café".
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
-# The trigram index behind `loom grep`'s prefilter: case-folded trigrams of every text,
-# detail=none (which files hold a trigram, not where: +6 MB on the kernel docs, where
-# detail=full cost +59 MB), external content over docs so the text is stored once.
+# The trigram index behind `loom grep`'s prefilter, as migration 002 made it (004 cuts it
+# into blocks): case-folded trigrams of every text, detail=none (which files hold a
+# trigram, not where: +6 MB on the kernel docs, where detail=full cost +59 MB).
 GRAMS = ("CREATE VIRTUAL TABLE grams USING fts5(body, content='docs', content_rowid='id', "
          "tokenize='trigram', detail='none', columnsize=0)")
 
@@ -93,6 +93,20 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN UPDATE vector_state SET generation = generation + 1; END;
         CREATE TRIGGER vectors_upd AFTER UPDATE ON vectors
             BEGIN UPDATE vector_state SET generation = generation + 1; END;
+    """),
+    # The trigram index by blocks: a long text is indexed as blocks of about 32 KB cut
+    # at line ends (grep's matches never span lines), so a pattern's candidates are
+    # blocks, not whole files. Contentless, since its rows are blocks, not docs rows:
+    # block 0 of a file has the file's id as rowid, block n the id + (n << 40). `blocks`
+    # holds each block's start (UTF-8 byte offset, first line number), for the texts cut
+    # into more than one. Texts indexed before keep one block until they change (or
+    # `loom scan --rebuild`).
+    ("004_grams_blocks", """
+        DROP TABLE grams;
+        CREATE VIRTUAL TABLE grams USING fts5(body, content='', tokenize='trigram',
+                                              detail='none', columnsize=0);
+        CREATE TABLE blocks (file_id INTEGER PRIMARY KEY, starts TEXT NOT NULL);
+        INSERT INTO grams (rowid, body) SELECT id, body FROM docs;
     """),
 ]
 

@@ -180,6 +180,15 @@ PAGE_SIZE = 16384
 _TITLE_OF = "(SELECT title FROM files WHERE id = ?1)"
 _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
 
+# grep's trigram index holds a long text as blocks of about this many characters, cut
+# after a newline: candidates are blocks, and grep reads only those. Measured on the
+# archive corpus (tests/bench/bench_archive.py), for `pdfTeX warning`: whole files 164
+# candidates, 42.8 MB to read, trigram table 38.9 MB; 64 KB blocks 11.5 MB, 55.1 MB;
+# 32 KB blocks 5.7 MB, 64.8 MB; 16 KB blocks 2.3 MB, 76.9 MB.
+GREP_BLOCK_CHARS = 32768
+BLOCK_SHIFT = 40  # a block's rowid: file id + (block number << BLOCK_SHIFT)
+FILE_MASK = (1 << BLOCK_SHIFT) - 1
+
 
 class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
@@ -325,13 +334,30 @@ class Store:
             f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,))}
 
     def _fts_delete(self, file_id: int) -> None:
-        """Take a file's old text out of both indexes (FTS5 external content wants the
-        exact old values; SQLite reads them itself, Python never holds them)."""
-        if self.conn.execute("SELECT 1 FROM docs WHERE id = ?", (file_id,)).fetchone():
-            self.conn.execute(f"INSERT INTO fts (fts, rowid, title, body) VALUES "
-                              f"('delete', ?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
+        """Take a file's old text out of both indexes (FTS5 wants the exact old values;
+        SQLite reads them itself, Python holds at most one block of them)."""
+        if not self.conn.execute("SELECT 1 FROM docs WHERE id = ?", (file_id,)).fetchone():
+            return
+        self.conn.execute(f"INSERT INTO fts (fts, rowid, title, body) VALUES "
+                          f"('delete', ?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
+        starts = self.block_starts(file_id)
+        if starts is None:
             self.conn.execute(f"INSERT INTO grams (grams, rowid, body) VALUES "
                               f"('delete', ?1, {_BODY_OF})", (file_id,))
+            return
+        for n, (start, _line) in enumerate(starts):
+            end = starts[n + 1][0] if n + 1 < len(starts) else None
+            block = self.text_bytes(file_id, start, None if end is None else end - start)
+            self.conn.execute("INSERT INTO grams (grams, rowid, body) VALUES ('delete', ?, ?)",
+                              (file_id + (n << BLOCK_SHIFT), block.decode("utf-8")))
+        self.conn.execute("DELETE FROM blocks WHERE file_id = ?", (file_id,))
+
+    def block_starts(self, file_id: int) -> list[tuple[int, int]] | None:
+        """Where each grep block of a text starts (byte offset, line number), or None
+        when the text is one block."""
+        row = self.conn.execute("SELECT starts FROM blocks WHERE file_id = ?",
+                                (file_id,)).fetchone()
+        return [(a, b) for a, b in json.loads(row[0])] if row else None
 
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
                  digest: bytes, doc: Extracted) -> int:
@@ -351,11 +377,34 @@ class Store:
         pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
         self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
                           (file_id, doc.text, pages))
+        if len(doc.text) > GREP_BLOCK_CHARS:
+            self._insert_blocks(file_id, doc.text)
+        else:
+            self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
+                              (file_id,))
         doc.text = ""
         self.conn.execute(f"INSERT INTO fts (rowid, title, body) VALUES "
                           f"(?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
-        self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
-                          (file_id,))
+
+    def _insert_blocks(self, file_id: int, text: str) -> None:
+        """Index a long text for grep as blocks of about GREP_BLOCK_CHARS, each ending
+        after a newline (a line longer than that stays whole in its block)."""
+        starts: list[tuple[int, int]] = []
+        pos = byte = 0
+        line = 1
+        while pos < len(text):
+            cut = text.find("\n", pos + GREP_BLOCK_CHARS - 1)
+            end = len(text) if cut < 0 else cut + 1
+            block = text[pos:end]
+            self.conn.execute("INSERT INTO grams (rowid, body) VALUES (?, ?)",
+                              (file_id + (len(starts) << BLOCK_SHIFT), block))
+            starts.append((byte, line))
+            byte += utf8_len(block)
+            line += block.count("\n")
+            pos = end
+        if len(starts) > 1:
+            self.conn.execute("INSERT INTO blocks (file_id, starts) VALUES (?, ?)",
+                              (file_id, json.dumps(starts, separators=(",", ":"))))
 
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
                         doc: Extracted) -> None:
@@ -548,32 +597,56 @@ class Store:
         except sqlite3.OperationalError:  # no such row: removed by a scan meanwhile
             return b""
 
-    def candidates(self, match: str) -> list[int]:
-        """Ids of the files whose text holds every trigram of a trigram MATCH expression
-        (trigrams.query_for): a superset of the files a pattern can match in."""
-        return [r[0] for r in self.conn.execute(
-            "SELECT rowid FROM grams WHERE grams MATCH ?", (match,))]
+    def candidates(self, match: str) -> dict[int, set[int]]:
+        """The blocks whose text holds every trigram of a trigram MATCH expression
+        (trigrams.query_for), by file id: a superset of where a pattern can match."""
+        found: dict[int, set[int]] = {}
+        for (rowid,) in self.conn.execute("SELECT rowid FROM grams WHERE grams MATCH ?",
+                                          (match,)):
+            found.setdefault(rowid & FILE_MASK, set()).add(rowid >> BLOCK_SHIFT)
+        return found
 
     def pages(self, file_id: int) -> list[int] | None:
         row = self.conn.execute("SELECT pages FROM docs WHERE id = ?", (file_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
-    def iter_texts(self, file_ids: list[int] | None = None
-                   ) -> Iterator[tuple[int, str, bytes, str | None]]:
-        """(file id, display path, UTF-8 text, pages JSON) for grep, in path order."""
+    def iter_texts(self, file_ids: list[int] | None = None,
+                   blocks: dict[int, set[int]] | None = None
+                   ) -> Iterator[tuple[int, str, list[tuple[int, int, bytes]], str | None]]:
+        """For grep, in path order: (file id, display path, pieces, pages JSON). The
+        pieces are (first byte, first line, UTF-8 text): the whole text, or, for a text
+        of several grep blocks of which `blocks` names only some, just those."""
+        partial: dict[int, list[tuple[int, int, int | None]]] = {}
+        if blocks:
+            for fid, starts_json in self.conn.execute(
+                    "SELECT file_id, starts FROM blocks "
+                    "WHERE file_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(list(blocks)),)):
+                starts = json.loads(starts_json)
+                wanted = sorted(blocks[fid])
+                if len(wanted) < len(starts):
+                    partial[fid] = [(starts[n][0], starts[n][1],
+                                     starts[n + 1][0] if n + 1 < len(starts) else None)
+                                    for n in wanted]
         # Ordered by the (root_id, relpath) index: SQLite never sorts rows holding texts.
         # CAST AS BLOB through the memory map: 20% faster on the kernel docs than blob I/O
         # per file, for a second copy of one text at a time (measured: 663 vs 450 MB on a
-        # 218 MB note, both within the memory goal).
-        sql = ("SELECT f.id, f.root_id, f.relpath, CAST(d.body AS BLOB), d.pages "
-               "FROM files f JOIN docs d ON d.id = f.id")
-        params: tuple[str, ...] = ()
+        # 218 MB note, both within the memory goal). Blocks are read by blob I/O.
+        sql = ("SELECT f.id, f.root_id, f.relpath, CASE WHEN f.id IN "
+               "(SELECT value FROM json_each(?)) THEN NULL ELSE CAST(d.body AS BLOB) END, "
+               "d.pages FROM files f JOIN docs d ON d.id = f.id")
+        params: tuple[str, ...] = (json.dumps(list(partial)),)
         if file_ids is not None:
             sql += " WHERE f.id IN (SELECT value FROM json_each(?))"
-            params = (json.dumps(file_ids),)
+            params += (json.dumps(file_ids),)
         sql += " ORDER BY f.root_id, f.relpath"
         for fid, root_id, rel, body, pages in self.conn.execute(sql, params):
-            yield fid, self.display_path(root_id, rel), body, pages
+            if fid in partial:
+                pieces = [(a, line, self.text_bytes(fid, a, None if b is None else b - a))
+                          for a, line, b in partial[fid]]
+            else:
+                pieces = [(0, 1, body)]
+            yield fid, self.display_path(root_id, rel), pieces, pages
 
     def status(self) -> dict[str, object]:
         c = self.conn

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loomcli import grep, operations
@@ -233,6 +233,65 @@ def test_indexed_grep_equals_the_linear_scan(tmp_path_factory, texts, pattern, c
     assert fast == slow
 
 
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(texts=st.lists(st.text(TRICKY, max_size=160), min_size=1, max_size=4), pattern=REGEXES,
+       case_sensitive=st.booleans(), block=st.integers(1, 24),
+       start=st.sampled_from(["", "^", r"\A", "(?s)", "(?-m)^", r"\b"]),
+       end=st.sampled_from(["", "$", r"\z", r"\b"]))
+@example(texts=["xyz\nabc\n"], pattern="abc", case_sensitive=False, block=1, start=r"\A",
+         end="")  # `\A` at the start of a later block is not the start of the text
+def test_grep_by_blocks_equals_the_linear_scan(tmp_path_factory, texts, pattern,
+                                               case_sensitive, block, start, end):
+    """Long texts are indexed in blocks cut after newlines (here a few characters long,
+    so that every text has many); the answer is still the linear scan's."""
+    from unittest import mock
+
+    from loomcli import store as store_mod
+
+    docs = {f"f{i}.md": t for i, t in enumerate(texts)}
+    with mock.patch.object(store_mod, "GREP_BLOCK_CHARS", block):
+        store = make_store(tmp_path_factory.mktemp("t"), docs)
+    pattern = start + pattern + end
+    try:
+        fast = grep.grep(store, pattern, case_sensitive=case_sensitive, limit=500)
+        slow = grep.grep(store, pattern, case_sensitive=case_sensitive, limit=500,
+                         indexed=False)
+        store.check()
+    finally:
+        store.close()
+    assert fast == slow
+
+
+def test_a_long_text_is_read_only_in_its_candidate_blocks(tmp_path, monkeypatch):
+    from loomcli import store as store_mod
+
+    filler = "".join(f"line {i} of routine words\n" for i in range(4000))  # ~100 KB
+    text = filler + "the flag IRQF_ONESHOT is set\n" + filler
+    store = make_store(tmp_path, {"long.md": text})
+    read: list[tuple[int, int | None]] = []
+    real = store_mod.Store.text_bytes
+
+    def counted(self, file_id, offset=0, length=None):
+        read.append((offset, length))
+        return real(self, file_id, offset, length)
+
+    monkeypatch.setattr(store_mod.Store, "text_bytes", counted)
+    try:
+        starts = store.block_starts(1)
+        assert starts is not None and len(starts) > 3
+        (m,) = grep.grep(store, "irqf_oneshot").matches
+        assert (m.line, m.offset) == (4001, len(filler) + 9)
+        assert len(read) == 1 and read[0][1] is not None and read[0][1] < 40_000
+        store.check()
+        with store.transaction():  # a change takes every block out, then puts the new in
+            store.replace_content(1, 1, 2, b"h", Extracted(filler * 2, "long"))
+        store.check()
+        assert grep.grep(store, "irqf_oneshot").matches == []
+        assert store.block_starts(1) not in (None, starts)
+    finally:
+        store.close()
+
+
 def test_indexed_grep_reads_only_the_candidates(tmp_path):
     docs = {f"n{i}.md": f"# Note {i}\nroutine words\n" for i in range(200)}
     docs["hit.md"] = "# Hit\nthe flag IRQF_ONESHOT is set\n"
@@ -273,5 +332,28 @@ def test_an_index_made_before_the_trigram_table_gets_one(tmp_path):
     try:
         assert grep.grep(store, "FT-2026-[0-9]{4}").matches[0].offset == 12
         store.check()
+    finally:
+        store.close()
+
+
+def test_an_index_with_whole_file_trigrams_moves_to_blocks(tmp_path):
+    from loomcli import migrations
+
+    real = migrations.MIGRATIONS
+    try:
+        migrations.MIGRATIONS = real[:3]  # the trigram table of the previous stop
+        store = make_store(tmp_path, {"a.md": "the code is FT-2026-0042\n"})
+        store.close()
+    finally:
+        migrations.MIGRATIONS = real
+    store = Store.open(tmp_path / "index.db")
+    try:
+        assert grep.grep(store, "FT-2026-[0-9]{4}").matches[0].offset == 12
+        long = "".join(f"line {i}\n" for i in range(10_000)) + "FT-2026-0043\n"
+        with store.transaction():
+            store.replace_content(1, 1, 2, b"h", Extracted(long, "a"))
+        store.check()
+        (m,) = grep.grep(store, "FT-2026-[0-9]{4}").matches
+        assert m.line == 10_001 and store.block_starts(1)
     finally:
         store.close()
