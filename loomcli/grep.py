@@ -229,18 +229,18 @@ def grep(store: Store, pattern: str, *, path: str | None = None,
     elif glob_patterns:
         file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
     match = query_for(pattern) if indexed and path is None else None
-    blocks: dict[int, set[int]] | None = None
+    holding: dict[int, set[int]] | None = None
     if match:
         holding = store.candidates(match)
         file_ids = [fid for fid in (holding if file_ids is None else file_ids)
                     if fid in holding]
-        # Only the candidate blocks of a long text are read: a match lies inside one
-        # line, so inside one block. Not with context lines (they may lie in the next
-        # block), nor for a pattern that sees where the text starts or ends.
-        if not context and not _WHOLE_TEXT.search(pattern):
-            blocks = holding
+    # A long text is read block by block (only its candidate blocks, with a prefilter):
+    # a match lies inside one line, so inside one block. Not with context lines (they
+    # may lie in the next block), nor for a pattern that sees where the text starts or
+    # ends.
+    by_blocks = not context and not _WHOLE_TEXT.search(pattern)
     matches: list[Match] = []
-    for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, blocks):
+    for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, holding, by_blocks):
         pages = json.loads(pages_json) if pages_json else None
         for first_byte, first_line, buf in pieces:
             for line_no, start, end, line_start, line_end in search_text(regex, buf):

@@ -13,7 +13,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -188,6 +188,23 @@ _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
 GREP_BLOCK_CHARS = 32768
 BLOCK_SHIFT = 40  # a block's rowid: file id + (block number << BLOCK_SHIFT)
 FILE_MASK = (1 << BLOCK_SHIFT) - 1
+
+
+RUN_BYTES = 4 << 20  # grep reads a long text's blocks in runs of about this much
+
+
+def _runs(starts: list[list[int]], chosen: Iterable[int]) -> list[tuple[int, int, int | None]]:
+    """Blocks `chosen` (ascending) of a text whose blocks start at `starts`, merged into
+    runs of adjacent blocks: (first byte, first line, end byte or None for the end)."""
+    out: list[tuple[int, int, int | None]] = []
+    for n in chosen:
+        start, line = starts[n]
+        end = starts[n + 1][0] if n + 1 < len(starts) else None
+        if out and out[-1][2] == start and start - out[-1][0] < RUN_BYTES:
+            out[-1] = (out[-1][0], out[-1][1], end)
+        else:
+            out.append((start, line, end))
+    return out
 
 
 class Store:
@@ -611,42 +628,48 @@ class Store:
         return json.loads(row[0]) if row and row[0] else None
 
     def iter_texts(self, file_ids: list[int] | None = None,
-                   blocks: dict[int, set[int]] | None = None
-                   ) -> Iterator[tuple[int, str, list[tuple[int, int, bytes]], str | None]]:
-        """For grep, in path order: (file id, display path, pieces, pages JSON). The
-        pieces are (first byte, first line, UTF-8 text): the whole text, or, for a text
-        of several grep blocks of which `blocks` names only some, just those."""
-        partial: dict[int, list[tuple[int, int, int | None]]] = {}
-        if blocks:
-            for fid, starts_json in self.conn.execute(
-                    "SELECT file_id, starts FROM blocks "
-                    "WHERE file_id IN (SELECT value FROM json_each(?))",
-                    (json.dumps(list(blocks)),)):
-                starts = json.loads(starts_json)
-                wanted = sorted(blocks[fid])
-                if len(wanted) < len(starts):
-                    partial[fid] = [(starts[n][0], starts[n][1],
-                                     starts[n + 1][0] if n + 1 < len(starts) else None)
-                                    for n in wanted]
+                   wanted: dict[int, set[int]] | None = None, by_blocks: bool = False
+                   ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                       str | None]]:
+        """For grep, in path order: (file id, display path, pieces, pages JSON); the
+        pieces are (first byte, first line, UTF-8 text). A text of one grep block comes
+        whole. With `by_blocks`, a text of several is read by blob I/O in runs of its
+        blocks (those `wanted` names for it, else all), each about RUN_BYTES at most:
+        grep then holds a few MB of a 200 MB text, not three copies of it."""
+        runs: dict[int, list[tuple[int, int, int | None]]] = {}
+        if by_blocks:
+            chosen = set(file_ids) if file_ids is not None else None
+            for fid, starts_json in self.conn.execute("SELECT file_id, starts FROM blocks"):
+                if (chosen is None or fid in chosen) and (wanted is None or fid in wanted):
+                    starts = json.loads(starts_json)
+                    runs[fid] = _runs(starts, sorted(wanted[fid]) if wanted is not None
+                                      else range(len(starts)))
         # Ordered by the (root_id, relpath) index: SQLite never sorts rows holding texts.
-        # CAST AS BLOB through the memory map: 20% faster on the kernel docs than blob I/O
-        # per file, for a second copy of one text at a time (measured: 663 vs 450 MB on a
-        # 218 MB note, both within the memory goal). Blocks are read by blob I/O.
+        # A whole text is read with CAST AS BLOB through the memory map: 20% faster on the
+        # kernel docs than blob I/O per file.
         sql = ("SELECT f.id, f.root_id, f.relpath, CASE WHEN f.id IN "
                "(SELECT value FROM json_each(?)) THEN NULL ELSE CAST(d.body AS BLOB) END, "
                "d.pages FROM files f JOIN docs d ON d.id = f.id")
-        params: tuple[str, ...] = (json.dumps(list(partial)),)
+        params: tuple[str, ...] = (json.dumps(list(runs)),)
         if file_ids is not None:
             sql += " WHERE f.id IN (SELECT value FROM json_each(?))"
             params += (json.dumps(file_ids),)
         sql += " ORDER BY f.root_id, f.relpath"
         for fid, root_id, rel, body, pages in self.conn.execute(sql, params):
-            if fid in partial:
-                pieces = [(a, line, self.text_bytes(fid, a, None if b is None else b - a))
-                          for a, line, b in partial[fid]]
-            else:
-                pieces = [(0, 1, body)]
+            pieces = self._read_runs(fid, runs[fid]) if fid in runs else [(0, 1, body)]
             yield fid, self.display_path(root_id, rel), pieces, pages
+
+    def _read_runs(self, file_id: int, runs: list[tuple[int, int, int | None]]
+                   ) -> Iterator[tuple[int, int, bytes]]:
+        try:
+            blob = self.conn.blobopen("docs", "body", file_id, readonly=True)
+        except sqlite3.OperationalError:  # removed by a scan meanwhile
+            return
+        with blob:
+            size = len(blob)
+            for start, line, end in runs:
+                blob.seek(start)
+                yield start, line, blob.read((size if end is None else end) - start)
 
     def status(self) -> dict[str, object]:
         c = self.conn

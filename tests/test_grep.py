@@ -268,20 +268,24 @@ def test_a_long_text_is_read_only_in_its_candidate_blocks(tmp_path, monkeypatch)
     filler = "".join(f"line {i} of routine words\n" for i in range(4000))  # ~100 KB
     text = filler + "the flag IRQF_ONESHOT is set\n" + filler
     store = make_store(tmp_path, {"long.md": text})
-    read: list[tuple[int, int | None]] = []
-    real = store_mod.Store.text_bytes
+    read: list[int] = []
+    real = store_mod.Store._read_runs
 
-    def counted(self, file_id, offset=0, length=None):
-        read.append((offset, length))
-        return real(self, file_id, offset, length)
+    def counted(self, file_id, runs):
+        for piece in real(self, file_id, runs):
+            read.append(len(piece[2]))
+            yield piece
 
-    monkeypatch.setattr(store_mod.Store, "text_bytes", counted)
+    monkeypatch.setattr(store_mod.Store, "_read_runs", counted)
     try:
         starts = store.block_starts(1)
         assert starts is not None and len(starts) > 3
         (m,) = grep.grep(store, "irqf_oneshot").matches
         assert (m.line, m.offset) == (4001, len(filler) + 9)
-        assert len(read) == 1 and read[0][1] is not None and read[0][1] < 40_000
+        assert len(read) == 1 and read[0] < 40_000  # one block of about 32 KB
+        read.clear()  # a pattern without a literal reads every block, in one run here
+        assert len(grep.grep(store, "I.Q._O.E.H.T").matches) == 1
+        assert read == [len(text)]
         store.check()
         with store.transaction():  # a change takes every block out, then puts the new in
             store.replace_content(1, 1, 2, b"h", Extracted(filler * 2, "long"))
