@@ -13,7 +13,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -193,17 +193,24 @@ FILE_MASK = (1 << BLOCK_SHIFT) - 1
 RUN_BYTES = 4 << 20  # grep reads a long text's blocks in runs of about this much
 
 
-def _runs(starts: list[list[int]], chosen: Iterable[int]) -> list[tuple[int, int, int | None]]:
-    """Blocks `chosen` (ascending) of a text whose blocks start at `starts`, merged into
-    runs of adjacent blocks: (first byte, first line, end byte or None for the end)."""
-    out: list[tuple[int, int, int | None]] = []
+Span = tuple[int, int, int | None]  # first byte, first line, end byte (None: the end)
+
+
+def _spans(starts: Sequence[Sequence[int]]) -> list[Span]:
+    """Each grep block of a text, from where the blocks start (byte, line)."""
+    return [(start, line, starts[n + 1][0] if n + 1 < len(starts) else None)
+            for n, (start, line) in enumerate(starts)]
+
+
+def _runs(spans: list[Span], chosen: Iterable[int]) -> list[Span]:
+    """Blocks `chosen` (ascending), adjacent ones merged into runs of about RUN_BYTES."""
+    out: list[Span] = []
     for n in chosen:
-        start, line = starts[n]
-        end = starts[n + 1][0] if n + 1 < len(starts) else None
+        start, line, end = spans[n]
         if out and out[-1][2] == start and start - out[-1][0] < RUN_BYTES:
             out[-1] = (out[-1][0], out[-1][1], end)
         else:
-            out.append((start, line, end))
+            out.append(spans[n])
     return out
 
 
@@ -362,9 +369,7 @@ class Store:
             self.conn.execute(f"INSERT INTO grams (grams, rowid, body) VALUES "
                               f"('delete', ?1, {_BODY_OF})", (file_id,))
             return
-        for n, (start, _line) in enumerate(starts):
-            end = starts[n + 1][0] if n + 1 < len(starts) else None
-            block = self.text_bytes(file_id, start, None if end is None else end - start)
+        for n, (_start, _line, block) in enumerate(self._read_runs(file_id, _spans(starts))):
             self.conn.execute("INSERT INTO grams (grams, rowid, body) VALUES ('delete', ?, ?)",
                               (file_id + (n << BLOCK_SHIFT), block.decode("utf-8")))
         self.conn.execute("DELETE FROM blocks WHERE file_id = ?", (file_id,))
@@ -388,9 +393,10 @@ class Store:
         return file_id
 
     def _insert_doc(self, file_id: int, doc: Extracted) -> None:
-        """Store the text and index it. Takes the text out of `doc` once it is stored, and
-        the index reads it back from the table: a huge note's text is never held twice
-        over (measured on a 218 MB note: peak RSS 943 MB before, 704 MB after)."""
+        """Store the text and index it. Takes the text out of `doc` once it is stored and
+        the trigram index has it (a long text as 32 KB slices), and the BM25 index reads
+        it back from the table: a huge note's text is never held twice over (measured on
+        a 218 MB note: peak RSS 943 MB before, 704 MB after)."""
         pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
         self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
                           (file_id, doc.text, pages))
@@ -636,14 +642,14 @@ class Store:
         whole. With `by_blocks`, a text of several is read by blob I/O in runs of its
         blocks (those `wanted` names for it, else all), each about RUN_BYTES at most:
         grep then holds a few MB of a 200 MB text, not three copies of it."""
-        runs: dict[int, list[tuple[int, int, int | None]]] = {}
+        runs: dict[int, list[Span]] = {}
         if by_blocks:
             chosen = set(file_ids) if file_ids is not None else None
             for fid, starts_json in self.conn.execute("SELECT file_id, starts FROM blocks"):
                 if (chosen is None or fid in chosen) and (wanted is None or fid in wanted):
-                    starts = json.loads(starts_json)
-                    runs[fid] = _runs(starts, sorted(wanted[fid]) if wanted is not None
-                                      else range(len(starts)))
+                    spans = _spans(json.loads(starts_json))
+                    runs[fid] = _runs(spans, sorted(wanted[fid]) if wanted is not None
+                                      else range(len(spans)))
         # Ordered by the (root_id, relpath) index: SQLite never sorts rows holding texts.
         # A whole text is read with CAST AS BLOB through the memory map: 20% faster on the
         # kernel docs than blob I/O per file.
@@ -659,8 +665,8 @@ class Store:
             pieces = self._read_runs(fid, runs[fid]) if fid in runs else [(0, 1, body)]
             yield fid, self.display_path(root_id, rel), pieces, pages
 
-    def _read_runs(self, file_id: int, runs: list[tuple[int, int, int | None]]
-                   ) -> Iterator[tuple[int, int, bytes]]:
+    def _read_runs(self, file_id: int, runs: list[Span]) -> Iterator[tuple[int, int, bytes]]:
+        """Each run's (first byte, first line, UTF-8 text), through one blob handle."""
         try:
             blob = self.conn.blobopen("docs", "body", file_id, readonly=True)
         except sqlite3.OperationalError:  # removed by a scan meanwhile
