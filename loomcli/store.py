@@ -645,8 +645,12 @@ class Store:
         runs: dict[int, list[Span]] = {}
         if by_blocks:
             chosen = set(file_ids) if file_ids is not None else None
-            for fid, starts_json in self.conn.execute("SELECT file_id, starts FROM blocks"):
-                if (chosen is None or fid in chosen) and (wanted is None or fid in wanted):
+            rows = (self.conn.execute("SELECT file_id, starts FROM blocks") if wanted is None
+                    else self.conn.execute("SELECT file_id, starts FROM blocks WHERE file_id "
+                                           "IN (SELECT value FROM json_each(?))",
+                                           (json.dumps(list(wanted)),)))
+            for fid, starts_json in rows:
+                if chosen is None or fid in chosen:
                     spans = _spans(json.loads(starts_json))
                     runs[fid] = _runs(spans, sorted(wanted[fid]) if wanted is not None
                                       else range(len(spans)))
