@@ -44,6 +44,29 @@ class Passage:
     end: int
 
 
+def _arrays(dim: int, spans: bytes, vecs: bytes, scales: bytes) -> tuple[Any, Any, Any]:
+    """One file's vectors row as arrays: passages' byte ranges (n x 2 int32), int8
+    vectors (n x dim) and their float32 scales."""
+    import numpy as np
+
+    n = len(scales) // 4
+    return (np.frombuffer(spans, dtype=np.int32).reshape(n, 2),
+            np.frombuffer(vecs, dtype=np.int8).reshape(n, dim),
+            np.frombuffer(scales, dtype=np.float32))
+
+
+def _similarities(vecs: Any, scales: Any, query: Any) -> Any:
+    """Cosine similarity of each int8 vector (times its scale) to the query."""
+    import numpy as np
+
+    out = np.empty(len(scales), dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32)
+    step = 16384  # int8 -> float32 a block at a time: bounded memory
+    for i in range(0, len(scales), step):
+        out[i:i + step] = vecs[i:i + step].astype(np.float32) @ q
+    return out * scales
+
+
 class VectorIndex:
     """Every passage vector of one model, as one int8 matrix."""
 
@@ -53,14 +76,14 @@ class VectorIndex:
         ids, spans, vecs, scales = [], [], [], []
         dim = 0
         for file_id, d, sp, vc, sc in store.iter_vectors(model):
-            n = len(sc) // 4
-            if n == 0:
+            file_spans, file_vecs, file_scales = _arrays(d, sp, vc, sc)
+            if len(file_scales) == 0:
                 continue
             dim = d
-            ids.append(np.full(n, file_id, dtype=np.int64))
-            spans.append(np.frombuffer(sp, dtype=np.int32).reshape(n, 2))
-            vecs.append(np.frombuffer(vc, dtype=np.int8).reshape(n, d))
-            scales.append(np.frombuffer(sc, dtype=np.float32))
+            ids.append(np.full(len(file_scales), file_id, dtype=np.int64))
+            spans.append(file_spans)
+            vecs.append(file_vecs)
+            scales.append(file_scales)
         self.dim = dim
         self.ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
         self.spans = np.concatenate(spans) if spans else np.zeros((0, 2), dtype=np.int32)
@@ -71,14 +94,7 @@ class VectorIndex:
         return len(self.ids)
 
     def similarities(self, query: Any) -> Any:
-        import numpy as np
-
-        out = np.empty(len(self.ids), dtype=np.float32)
-        q = np.asarray(query, dtype=np.float32)
-        step = 16384  # int8 -> float32 a block at a time: bounded memory
-        for i in range(0, len(self.ids), step):
-            out[i:i + step] = self.vecs[i:i + step].astype(np.float32) @ q
-        return out * self.scales
+        return _similarities(self.vecs, self.scales, query)
 
     def rank(self, query: Any, limit: int) -> list[Passage]:
         """The `limit` files closest to the query. A file scores as its best passage plus
@@ -128,18 +144,15 @@ def vector_index(store: Store, model: str) -> VectorIndex:
 def passage_scores(store: Store, file_id: int, model: str, query: Any
                    ) -> list[tuple[int, int, float]]:
     """(start byte, end byte, similarity) of every embedded passage of one file."""
-    import numpy as np
 
     row = store.vectors_of(file_id, model)
     if row is None:
         return []
     dim, sp, vc, sc = row
-    n = len(sc) // 4
-    if n == 0 or dim != len(query):
+    spans, vecs, scales = _arrays(dim, sp, vc, sc)
+    if len(scales) == 0 or dim != len(query):
         return []
-    spans = np.frombuffer(sp, dtype=np.int32).reshape(n, 2)
-    sims = (np.frombuffer(vc, dtype=np.int8).reshape(n, dim).astype(np.float32)
-            @ np.asarray(query, dtype=np.float32)) * np.frombuffer(sc, dtype=np.float32)
+    sims = _similarities(vecs, scales, query)
     return [(int(a), int(b), float(s)) for (a, b), s in zip(spans.tolist(), sims.tolist(),
                                                              strict=True)]
 
