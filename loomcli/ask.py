@@ -56,10 +56,14 @@ class Answer:
     citations: list[str]
     used: list[UsedFile]
     warnings: list[str] = field(default_factory=list)
+    conversation_id: str | None = None  # the conversation this turn was kept in
+    steps: list[Any] = field(default_factory=list)  # agent.Step: the tools the model ran
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"answer": self.answer, "citations": self.citations,
-                               "used": [u.to_dict() for u in self.used]}
+                               "used": [u.to_dict() for u in self.used],
+                               "conversation_id": self.conversation_id,
+                               "steps": [s.to_dict() for s in self.steps]}
         if self.warnings:
             out["warnings"] = self.warnings
         return out

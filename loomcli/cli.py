@@ -375,15 +375,29 @@ def grep(
     raise typer.Exit(0 if result.matches else 1)
 
 
+AgentOpt = Annotated[bool | None, typer.Option(
+    "--agent/--no-agent", help="Let the model search, grep and read with loom's tools "
+    "(default [ask] agent).", show_default=False)]
+ContinueOpt = Annotated[bool, typer.Option(
+    "--continue", "-c", help="Continue the last conversation.")]
+CidOpt = Annotated[str | None, typer.Option(
+    "--cid", metavar="ID", help="Continue the conversation ID (`loom conversations`).",
+    show_default=False)]
+TopKOpt = Annotated[int | None, typer.Option(
+    "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
+    show_default=False)]
+
+
 @app.command()
 def ask(
     question: Annotated[list[str], typer.Argument(help="The question, in any language.")],
-    top_k: Annotated[int | None, typer.Option(
-        "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
-        show_default=False)] = None,
+    top_k: TopKOpt = None,
     show_context: Annotated[bool, typer.Option(
         "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
     mode: ModeOpt = None,
+    agent: AgentOpt = None,
+    cont: ContinueOpt = False,
+    cid: CidOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
@@ -391,8 +405,12 @@ def ask(
     text = " ".join(question).strip()
     if not text:
         raise LoomError("the question is empty", 'ask something: loom ask "…"')
+    conversation = corpus.conversation_for(cid, cont)
     if show_context:
-        prompt = corpus.prompt(text, top_k, mode)
+        if corpus.agent_on(agent):
+            _out(corpus.agent_request(text, conversation_id=conversation), end="")
+            return
+        prompt = corpus.prompt(text, top_k, mode, conversation_id=conversation)
         for warning in prompt.warnings if prompt else ():
             _err(f"warning: {warning}")
         if prompt is None:
@@ -400,25 +418,86 @@ def ask(
             raise typer.Exit(1)
         _out(prompt.render(), end="")
         return
+    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json):
+        raise typer.Exit(1)
+
+
+def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
+              agent: bool | None, conversation: str | None, as_json: bool) -> str | None:
+    """Ask, stream the answer, list its sources; the conversation's id (None: no match)."""
 
     def stream(piece: str) -> None:
         _out(piece, end="")
 
     result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
-                        on_warning=lambda w: _err(f"warning: {w}"))
-    if not result.used:
+                        on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
+                        conversation_id=conversation,
+                        on_step=lambda step: sys.stderr.write(step.line() + "\n"))
+    if not result.used and not result.steps:
         _err("no indexed file matches the question; nothing was sent to the LLM")
-        raise typer.Exit(1)
+        return None
     if as_json:
         _print_json(result.to_dict())
-        return
+        return result.conversation_id
     titles = {u.path: u.title for u in result.used}
     lines = ["", "", "Sources:"]
     if result.citations:
-        lines += [f"  [{_shown(p)}] {titles[p]}" for p in result.citations]
-    else:
+        lines += [f"  [{_shown(p)}] {titles.get(p, '')}".rstrip() for p in result.citations]
+    elif result.used:
         lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
+    else:
+        lines.append("  (none cited)")
     _out("\n".join(lines))
+    return result.conversation_id
+
+
+@app.command()
+def chat(
+    top_k: TopKOpt = None,
+    mode: ModeOpt = None,
+    agent: AgentOpt = None,
+    cont: ContinueOpt = False,
+    cid: CidOpt = None,
+) -> None:
+    """Ask in a loop, each question a follow-up of the last (`exit` or Ctrl-D ends)."""
+    corpus = _corpus()
+    conversation = corpus.conversation_for(cid, cont)
+    prompt = "> " if sys.stdin.isatty() else ""
+    if prompt:
+        _err("chatting with your notes; type exit or press Ctrl-D to end")
+    while True:
+        if prompt:
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line:  # Ctrl-D, or the end of piped questions
+            break
+        text = line.strip()
+        if text in ("exit", "quit"):
+            break
+        if not text:
+            continue
+        conversation = _ask_once(corpus, text, top_k, mode, agent, conversation,
+                                 False) or conversation
+        _out("")
+
+
+@app.command("conversations")
+def conversations_cmd(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many to list.")
+                     ] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the kept conversations, newest first (continue one with `loom ask --cid ID`)."""
+    import time
+
+    found = _corpus().conversations(limit)
+    if as_json:
+        _print_json({"conversations": [c.to_dict() for c in found]})
+        return
+    for c in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
+        _out(f"{c.id}  {when}  {len(c.turns):>3} turns  {_shown(c.title)}")
 
 
 @app.command()

@@ -37,6 +37,8 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "ask.top_k": (int, 5),
     "ask.file_budget_chars": (int, 8000),
     "ask.head_chars": (int, 1200),
+    "ask.agent": (bool, False),  # loom ask investigates with tools (--agent) by default
+    "ask.max_steps": (int, 6),  # tool calls an agent ask may run
     "embeddings.enabled": (bool, False),
     "embeddings.provider": (str, None),
     "embeddings.model": (str, None),

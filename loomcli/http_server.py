@@ -337,32 +337,40 @@ class Api:
             raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")
         corpus = self.corpus(data.get("corpus"))
         question, top_k = self.required(data, "question"), data.get("top_k")
-        mode = data.get("mode")
+        mode, agent, cid = data.get("mode"), data.get("agent"), data.get("conversation_id")
         if not stream:
-            return await self.respond(lambda: corpus.ask(question, top_k, mode=mode).to_dict(),
-                                      timed=False)
-        return await self.ask_stream(corpus, question, top_k, mode)
+            return await self.respond(lambda: corpus.ask(
+                question, top_k, mode=mode, agent=agent, conversation_id=cid).to_dict(),
+                timed=False)
+        return await self.ask_stream(corpus, question, top_k, mode, agent, cid)
 
-    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any) -> Any:
+    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any,
+                         agent: Any = None, cid: Any = None) -> Any:
         """NDJSON: {"text": piece} lines as the LLM writes, then {"done": true, answer,
-        citations, used}, or {"error": message} when the LLM fails mid-way."""
+        citations, used, conversation_id, steps}, or {"error": message} when the LLM fails
+        mid-way. An agent ask also sends {"step": {tool, arguments, result_chars, ms}} as
+        each tool runs."""
         import anyio
         from starlette.responses import StreamingResponse
 
-        from loomcli import ask, providers
+        from loomcli import providers
 
         # Everything that can fail before the first piece fails here, with its status.
-        prompt = await self.run(lambda: corpus.prompt(question, top_k, mode))
-        provider = providers.from_config(corpus.config) if prompt is not None else None
+        cid = await self.run(lambda: corpus.check_ask(question, top_k, mode, agent, cid))
+        provider = providers.from_config(corpus.config)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
         def work() -> None:
             def piece(text: str) -> None:
                 anyio.from_thread.run(send.send, {"text": text})
 
+            def step(done: Any) -> None:
+                anyio.from_thread.run(send.send, {"step": done.to_dict()})
+
             try:
-                result = ask.Answer("", [], []) if prompt is None or provider is None \
-                    else ask.answer(prompt, provider, piece)
+                result = corpus.ask(question, top_k, mode=mode, agent=agent,
+                                    conversation_id=cid, provider=provider, on_text=piece,
+                                    on_step=step)
                 anyio.from_thread.run(send.send, {"done": True, **result.to_dict()})
             except LoomError as exc:
                 sys.stderr.write(f"loom serve: ask: {exc}\n")

@@ -83,10 +83,14 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "call: the top_k best files are sent as their head plus the passage that answers. "
         "Returns answer, citations (paths the answer cites) and used (files sent); when no "
         "file matches, nothing is sent and answer is empty. top_k defaults to the user's "
-        "[ask] top_k."))
-    async def loom_ask(question: str, top_k: int | None = None,
-                       mode: str = "auto") -> dict[str, Any]:
-        return await call(Corpus.ask, question, top_k, mode=mode)
+        "[ask] top_k. agent: let the LLM search, grep and read in a bounded loop (steps "
+        "lists each tool it ran; default [ask] agent). Each answer is kept as a turn of a "
+        "conversation: pass the returned conversation_id to ask a follow-up."))
+    async def loom_ask(question: str, top_k: int | None = None, mode: str = "auto",
+                       agent: bool | None = None,
+                       conversation_id: str | None = None) -> dict[str, Any]:
+        return await call(Corpus.ask, question, top_k, mode=mode, agent=agent,
+                          conversation_id=conversation_id)
 
     @server.tool(description=(
         "Bring the index up to date with the folders it covers (incremental: only changed "

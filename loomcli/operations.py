@@ -45,6 +45,11 @@ QUESTION_WORDS = 3
 QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
+# Agent mode and conversations (README: "Agent mode", "Conversations").
+AGENT_MAX_CALLS = 10  # model calls of one agent ask, in all ([ask] max_steps counts tools)
+TOOL_RESULT_CHARS = 6000  # one tool result's cap in agent mode (JSON characters)
+HISTORY_SHARE = 4  # a follow-up's earlier turns take at most a quarter of the window's room
+CONVERSATIONS_LIMIT, CONVERSATIONS_LIMIT_MAX = 20, 1000
 
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
@@ -526,15 +531,22 @@ class Corpus:
 
     # -- ask ----------------------------------------------------------------------------
 
-    def prompt(self, question: Any, top_k: Any = None, mode: Any = None) -> Prompt | None:
-        """Exactly what ask would send, or None when no indexed file matches."""
+    def prompt(self, question: Any, top_k: Any = None, mode: Any = None, *,
+               retrieve_with: str | None = None, recalled: Any = None,
+               conversation_id: Any = None) -> Prompt | None:
+        """Exactly what ask would send, or None when no indexed file matches. A follow-up
+        (`conversation_id`, or `retrieve_with` and `recalled` from its turn) retrieves with
+        the conversation's words and carries its earlier turns."""
         from loomcli import ask
 
         question = _text("question", question)
+        if conversation_id is not None and retrieve_with is None:
+            retrieve_with, recalled = self._recall(question, conversation_id)
         k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
         mode = self._mode(mode)
         with self.store() as store:
-            found, warnings, vector = self._rank(store, question, k * 2, mode, "OR")
+            found, warnings, vector = self._rank(store, retrieve_with or question, k * 2,
+                                                 mode, "OR")
             prompt = ask.build_prompt(
                 store, question, [h for h, _ in found], top_k=k,
                 budget=self.config.get("ask.file_budget_chars"),
@@ -542,17 +554,131 @@ class Corpus:
                 near=lambda fid, text: self._near(store, fid, text, vector))
         if prompt is not None:
             prompt.warnings = warnings
+            if recalled is not None:
+                prompt.user = recalled.as_text() + prompt.user
         return prompt
+
+    def _recall(self, question: str, conversation_id: Any) -> tuple[str, Any]:
+        """A follow-up's retrieval words and earlier turns, as its ask would send them
+        (for --show-context: no summary is written, older turns are shortened)."""
+        from loomcli import history, providers
+        from loomcli.conversations import Conversations
+
+        with Conversations.open() as store:
+            conv = store.get(self.conversation_for(conversation_id) or "")
+        provider = providers.from_config(self.config)
+        budget, estimate = self._history_budget(provider, question)
+        return history.retrieval_text(conv, question), history.recall(conv, budget, estimate)
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
-            on_warning: Callable[[str], None] | None = None) -> Answer:
-        """One LLM call over the best files. Nothing matching: an empty Answer (no call)."""
-        from loomcli import ask, providers
+            on_warning: Callable[[str], None] | None = None, agent: Any = None,
+            conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
+            keep: bool = True) -> Answer:
+        """Answer from the notes: one LLM call over the best files, or (agent) a bounded
+        loop in which the model searches, greps and reads. With a conversation_id, a
+        follow-up of that conversation; the turn is kept (a new conversation when None).
+        Nothing matching a plain ask: an empty Answer (no call, nothing kept)."""
+        from loomcli import providers, turn
+        from loomcli.conversations import Conversations
 
-        prompt = self.prompt(question, top_k, mode)
+        question = _text("question", question)
+        settings = turn.Settings(top_k, mode, self.agent_on(agent),
+                                 self.config.get("ask.max_steps"), AGENT_MAX_CALLS,
+                                 TOOL_RESULT_CHARS, HISTORY_SHARE)
+        cid = None if conversation_id is None else self.conversation_for(conversation_id)
+        chosen = provider or providers.from_config(self.config)
+        if not keep and cid is None:
+            return turn.run(self, chosen, question, None, settings, store=None,
+                            on_text=on_text, on_step=on_step, on_warning=on_warning)
+        with Conversations.open() as store:
+            return turn.run(self, chosen, question, store.get(cid) if cid else None,
+                            settings, store=store if keep else None, on_text=on_text,
+                            on_step=on_step, on_warning=on_warning)
+
+    def ask_once(self, question: Any, top_k: Any = None, *, provider: Provider,
+                 on_text: Callable[[str], None] | None = None, mode: Any = None,
+                 on_warning: Callable[[str], None] | None = None,
+                 retrieve_with: str | None = None, recalled: Any = None) -> Answer:
+        """One LLM call over the best files (retrieved with `retrieve_with`, the
+        conversation's words, when given; `recalled`: the earlier turns to send)."""
+        from loomcli import ask
+
+        prompt = self.prompt(question, top_k, mode, retrieve_with=retrieve_with,
+                             recalled=recalled)
         for warning in prompt.warnings if prompt and on_warning else ():
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
-        return ask.answer(prompt, provider or providers.from_config(self.config), on_text)
+        return ask.answer(prompt, provider, on_text)
+
+    # -- agent mode and conversations -----------------------------------------------------
+
+    def check_ask(self, question: Any, top_k: Any = None, mode: Any = None, agent: Any = None,
+                  conversation_id: Any = None) -> str | None:
+        """Check an ask's arguments before anything is sent (a server answers 400 then, not
+        mid-stream); returns the conversation it continues."""
+        _text("question", question)
+        _int("top_k", top_k, None, 1, TOP_K_MAX)
+        self._mode(mode)
+        self.agent_on(agent)
+        return self.conversation_for(conversation_id)
+
+    def agent_on(self, agent: Any = None) -> bool:
+        """--agent / --no-agent / the `agent` field, else `[ask] agent`."""
+        return bool(self.config.get("ask.agent")) if agent is None else _bool("agent", agent)
+
+    def conversation_for(self, cid: Any = None, last: bool = False) -> str | None:
+        """The conversation a follow-up continues: `cid` (checked), the newest one (`last`),
+        or None (a new one)."""
+        from loomcli.conversations import Conversations, check_id
+
+        if cid is None and not last:
+            return None
+        with Conversations.open() as store:
+            if cid is None:
+                return store.last_id()
+            return store.get(check_id(cid)).id
+
+    def conversations(self, limit: Any = None) -> list[Any]:
+        from loomcli.conversations import Conversations
+
+        n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
+        with Conversations.open() as store:
+            return store.recent(n or CONVERSATIONS_LIMIT)
+
+    def used_files(self, paths: list[str]) -> list[Any]:
+        """The files a list of index paths name, as ask's `used` (unknown paths left out)."""
+        from loomcli import ask
+
+        out = []
+        with self.store() as store:
+            for path in paths:
+                try:
+                    row = store.resolve(path)
+                except LoomError:
+                    continue
+                out.append(ask.UsedFile(path, row.title or "", row.content_len))
+        return out
+
+    def agent_request(self, question: Any, conversation_id: Any = None) -> str:
+        """What `ask --agent` would send first (tools, instructions, turns), calling
+        nothing: `--show-context`."""
+        import json
+
+        from loomcli import agent, history
+        from loomcli.conversations import Conversations
+
+        question = _text("question", question)
+        conv = None
+        if conversation_id is not None:
+            with Conversations.open() as store:
+                conv = store.get(self.conversation_for(conversation_id) or "")
+        recalled = history.Recall(turns=conv.turns if conv else [])
+        tools = [{"name": s.name, "description": s.description, "parameters": s.parameters}
+                 for s in agent.specs()]
+        parts = [f"[tools]\n{json.dumps(tools, indent=2, ensure_ascii=False)}",
+                 f"[system]\n{agent.INSTRUCTIONS}{recalled.note()}"]
+        parts += [f"[{m.role}]\n{m.content}" for m in recalled.messages()]
+        parts.append(f"[user]\n{question}")
+        return "\n\n".join(parts) + "\n"

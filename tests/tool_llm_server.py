@@ -258,6 +258,8 @@ class Limits:
     window: int = 32768  # tokens the server keeps (Ollama: the model's own length)
     supports_tools: bool = True
     no_tools_error: str = ""  # the provider's real refusal, when tools are not supported
+    stream: bool | None = None  # None: as asked; False: whole answers even when asked to stream
+    calls_without_tools: bool = False  # a model that calls a tool it was not offered
 
 
 class ToolLLM:
@@ -350,11 +352,14 @@ class ToolLLM:
                                   "maximum", shape="anthropic")
                 record.setdefault("cut", False)
                 said = fake.brain(turns, bool(tools))
-                if not tools:  # a model offered no tools cannot call one in these APIs
+                if not tools and not fake.limits.calls_without_tools:
+                    # a model offered no tools cannot call one in these APIs
                     said = [s if isinstance(s, str) else
                             f'<tool_call>{{"name": "{s.name}"}}</tool_call>' for s in said]
                 record["said"] = said
                 stream = body.get("stream", kind == "ollama")
+                if fake.limits.stream is not None:
+                    stream = fake.limits.stream
                 getattr(self, f"_{kind}")(said, stream, min(tokens, window))
 
             # -- each API's answer shape --

@@ -1,0 +1,102 @@
+"""One turn of a conversation: recall the earlier turns, ask (plainly or as an agent), keep
+the turn.
+
+The plain ask retrieves with the conversation's words (the previous question's and the new
+one's) and sends the earlier turns with the notes; the agent gets them as the messages they
+were. Either way the earlier turns take at most a share of the window (`history.recall`).
+The turn is written only once its answer is complete: an interrupted ask leaves the
+conversation as it was after its last complete turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from loomcli import agent, ask, history
+from loomcli.conversations import Conversation, Conversations
+from loomcli.errors import ToolsUnsupported
+from loomcli.providers import Message
+
+if TYPE_CHECKING:
+    from loomcli.operations import Corpus
+    from loomcli.providers import Provider
+
+
+@dataclass
+class Settings:
+    """The limits of one turn, from the operations layer and the config."""
+
+    top_k: Any
+    mode: Any
+    agent: bool
+    max_steps: int
+    max_calls: int
+    result_chars: int
+    history_share: int  # earlier turns take at most 1/history_share of the prompt's room
+
+
+def model_text(provider: Provider, window: int) -> Callable[[list[Message], int], str]:
+    """One plain model call's whole text (for the rolling summary)."""
+
+    def chat(messages: list[Message], max_tokens: int) -> str:
+        return "".join(p for p in provider.chat(messages, max_tokens=max_tokens,
+                                                 context_tokens=window)
+                       if isinstance(p, str))
+
+    return chat
+
+
+def run(corpus: Corpus, provider: Provider, question: str, conv: Conversation | None,
+        settings: Settings, *, store: Conversations | None,
+        on_text: Callable[[str], None] | None = None,
+        on_step: Callable[[agent.Step], None] | None = None,
+        on_warning: Callable[[str], None] | None = None) -> ask.Answer:
+    """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
+    turn in `store` (None: keep nothing)."""
+    from loomcli.ask import budget as ask_budget
+
+    window = provider.window()
+    answer_tokens = ask_budget.answer_tokens(corpus.config, window.tokens)
+    estimate = ask_budget.estimate
+    room = window.tokens - answer_tokens - estimate(agent.INSTRUCTIONS) - estimate(question)
+    recalled = history.recall(conv, max(0, room // settings.history_share), estimate,
+                              history.summarizer(model_text(provider, window.tokens)))
+    result: ask.Answer | None = None
+    if settings.agent:
+        try:
+            result = _agent(corpus, provider, question, recalled, settings, window.tokens,
+                            answer_tokens, estimate, on_text, on_step)
+        except ToolsUnsupported as exc:
+            if on_warning:
+                on_warning(f"{provider.model} takes no tools ({exc.message}); asking "
+                           "without --agent")
+    if result is None:
+        result = corpus.ask_once(question, settings.top_k, provider=provider, on_text=on_text,
+                            mode=settings.mode, on_warning=on_warning,
+                            retrieve_with=history.retrieval_text(conv, question),
+                            recalled=recalled if recalled.turns or recalled.summary else None)
+        if not result.used:
+            return result  # nothing matched, nothing asked: nothing to keep
+    if store is not None:
+        result.conversation_id = store.add_turn(
+            conv.id if conv else None, question, result.answer, sources=result.citations,
+            steps=[s.to_dict() for s in result.steps],
+            summary=(recalled.summary, recalled.summary_upto) if recalled.made else None)
+    return result
+
+
+def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.Recall,
+           settings: Settings, window: int, answer_tokens: int, estimate: agent.Estimate,
+           on_text: Callable[[str], None] | None,
+           on_step: Callable[[agent.Step], None] | None) -> ask.Answer:
+    limits = agent.Limits(settings.max_steps, settings.max_calls, settings.result_chars,
+                          window, answer_tokens)
+    out = agent.run(corpus, provider, question, limits=limits, estimate=estimate,
+                    history=recalled.messages(), system=agent.INSTRUCTIONS + recalled.note(),
+                    on_step=on_step, on_text=on_text)
+    used = corpus.used_files(list(dict.fromkeys(r.path for r in out.returned)))
+    result = ask.Answer(out.answer, ask.citations(out.answer, used), used)
+    result.steps = out.steps
+    return result
