@@ -433,7 +433,7 @@ def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
                         on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
                         conversation_id=conversation,
                         on_step=lambda step: sys.stderr.write(step.line() + "\n"))
-    if not result.used and not result.steps:
+    if not result.used and not result.steps and not result.answer:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         return None
     if as_json:

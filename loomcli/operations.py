@@ -561,13 +561,13 @@ class Corpus:
     def _recall(self, question: str, conversation_id: Any) -> tuple[str, Any]:
         """A follow-up's retrieval words and earlier turns, as its ask would send them
         (for --show-context: no summary is written, older turns are shortened)."""
-        from loomcli import history, providers
+        from loomcli import history, providers, turn
         from loomcli.conversations import Conversations
 
         with Conversations.open() as store:
             conv = store.get(self.conversation_for(conversation_id) or "")
-        provider = providers.from_config(self.config)
-        budget, estimate = self._history_budget(provider, question)
+        _, _, budget, estimate = turn.budget(self.config, providers.from_config(self.config),
+                                             question, HISTORY_SHARE)
         return history.retrieval_text(conv, question), history.recall(conv, budget, estimate)
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,

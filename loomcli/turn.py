@@ -37,6 +37,30 @@ class Settings:
     history_share: int  # earlier turns take at most 1/history_share of the prompt's room
 
 
+def estimator() -> agent.Estimate:
+    """The ask's token estimate (issue 20's, measured against a real BPE vocabulary)."""
+    try:
+        from loomcli.ask.tokens import estimate
+    except ImportError:  # before the window work: a conservative bytes / 3
+        return lambda text: (len(text.encode("utf-8")) + 2) // 3
+    return estimate
+
+
+def answer_reserve(config: Any, window: int) -> int:
+    """Tokens kept for the answer: `[llm] max_answer_tokens`, else sized to the window."""
+    return int(config.get("llm.max_answer_tokens") or max(256, min(2048, window // 4)))
+
+
+def budget(config: Any, provider: Provider, question: str, share: int
+           ) -> tuple[int, int, int, agent.Estimate]:
+    """(window, answer reserve, the earlier turns' budget, the estimate) of one turn."""
+    estimate = estimator()
+    window = provider.window().tokens
+    answer_tokens = answer_reserve(config, window)
+    room = window - answer_tokens - estimate(agent.INSTRUCTIONS) - estimate(question)
+    return window, answer_tokens, max(0, room // share), estimate
+
+
 def model_text(provider: Provider, window: int) -> Callable[[list[Message], int], str]:
     """One plain model call's whole text (for the rolling summary)."""
 
@@ -55,18 +79,14 @@ def run(corpus: Corpus, provider: Provider, question: str, conv: Conversation | 
         on_warning: Callable[[str], None] | None = None) -> ask.Answer:
     """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
     turn in `store` (None: keep nothing)."""
-    from loomcli.ask import budget as ask_budget
-
-    window = provider.window()
-    answer_tokens = ask_budget.answer_tokens(corpus.config, window.tokens)
-    estimate = ask_budget.estimate
-    room = window.tokens - answer_tokens - estimate(agent.INSTRUCTIONS) - estimate(question)
-    recalled = history.recall(conv, max(0, room // settings.history_share), estimate,
-                              history.summarizer(model_text(provider, window.tokens)))
+    window, answer_tokens, history_budget, estimate = budget(
+        corpus.config, provider, question, settings.history_share)
+    recalled = history.recall(conv, history_budget, estimate,
+                              history.summarizer(model_text(provider, window)))
     result: ask.Answer | None = None
     if settings.agent:
         try:
-            result = _agent(corpus, provider, question, recalled, settings, window.tokens,
+            result = _agent(corpus, provider, question, recalled, settings, window,
                             answer_tokens, estimate, on_text, on_step)
         except ToolsUnsupported as exc:
             if on_warning:

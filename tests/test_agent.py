@@ -38,8 +38,7 @@ PROTOCOLS = {  # name -> (provider, how the stand-in answers)
     "ollama": ("ollama", None),
     "openai-streamed": ("openai", None),
     "openai-whole": ("openai", False),
-    "anthropic-streamed": ("anthropic", None),
-    "anthropic-whole": ("anthropic", False),
+    "anthropic": ("anthropic", None),  # its API always streams when asked to
 }
 
 
@@ -260,8 +259,11 @@ def test_a_follow_up_retrieves_with_the_conversation_and_carries_it(kernel_notes
         configure(loom_home, "ollama", llm.url, top_k=1)
         first = loom("ask", "how are the FT-2026 invoices paid?", "--json")
         alone = loom("ask", "and who keeps the ledger of it?", "--json")
-        follow = loom("ask", "-c", "and who keeps the ledger of it?", "--json")
+        follow = loom("ask", "--cid", cid_of(first), "and who keeps the ledger of it?",
+                      "--json")
         chats = llm.chats()
+        last = loom("ask", "-c", "and is it blue?", "--json")
+        again = loom("ask", "-c", "--show-context", "and where is it kept?")
     cid = json.loads(first.stdout)["conversation_id"]
     assert json.loads(follow.stdout)["conversation_id"] == cid
     assert json.loads(alone.stdout)["conversation_id"] not in (None, cid)
@@ -272,17 +274,22 @@ def test_a_follow_up_retrieves_with_the_conversation_and_carries_it(kernel_notes
     assert "how are the FT-2026 invoices paid?" in sent
     assert "They are paid by transfer" in sent
     assert "FT-2026 invoices paid" not in json.dumps(chats[1]["body"])
-    # The last conversation is the one just continued; --cid continues any.
-    again = loom("ask", "--cid", cid, "--show-context", "and where is it kept?")
+    # -c continues the conversation used last; --show-context shows what a follow-up sends.
+    assert cid_of(last) == cid
     assert "how are the FT-2026 invoices paid?" in again.stdout
+    assert "and who keeps the ledger of it?" in again.stdout
     listed = loom("conversations", "--json")
     rows = json.loads(listed.stdout)["conversations"]
     assert [r["id"] for r in rows] == [cid, json.loads(alone.stdout)["conversation_id"]]
-    assert rows[0]["turns"] == 2 and rows[0]["title"] == "how are the FT-2026 invoices paid?"
+    assert rows[0]["turns"] == 3 and rows[0]["title"] == "how are the FT-2026 invoices paid?"
     human = loom("conversations")
     assert human.stdout.splitlines()[0].startswith(cid + "  ")
     bad = loom("ask", "--cid", "nope", "x")
     assert bad.returncode == 2 and bad.stderr.startswith("loom: no conversation 'nope' — ")
+
+
+def cid_of(done: subprocess.CompletedProcess[str]) -> str:
+    return json.loads(done.stdout)["conversation_id"]
 
 
 def summarising(brain):

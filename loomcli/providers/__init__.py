@@ -118,7 +118,9 @@ _CONTEXT_WORDS = re.compile(
 _TOOLS_WORDS = re.compile(
     r"does not support tools|tools? (is|are) not supported|tool[_ ]?(use|calling|choice)?"
     r"[^.]{0,30}not supported|unsupported[^.]{0,20}tools?|unrecognized[^.]{0,30}tools"
-    r"|extra[^.]{0,30}tools|unknown (field|parameter)[^.]{0,20}tools", re.I)
+    r"|extra[^.]{0,30}tools|unknown (field|parameter)[^.]{0,20}tools"
+    # llama.cpp without --jinja (HTTP 500), vLLM without --enable-auto-tool-choice (400)
+    r"|tools param requires|tool choice requires", re.I)
 
 
 @dataclass
@@ -215,7 +217,7 @@ class HttpSettings:
             return ContextExceeded(f"{self.endpoint} refused the prompt as longer than the "
                                    f"model's window (HTTP {status}){detail}",
                                    f"set [{self.table}] context_tokens to the server's window")
-        if status in (400, 422) and _TOOLS_WORDS.search(message or ""):
+        if status in (400, 422, 500) and _TOOLS_WORDS.search(message or ""):
             return ToolsUnsupported(f"{self.endpoint}: model {self.model!r} does not take "
                                     f"tools (HTTP {status}){detail}",
                                     f"pick a model that supports tool calling in [{self.table}] "
