@@ -422,6 +422,11 @@ def ask(
         raise typer.Exit(1)
 
 
+def _show_step(step: Any) -> None:
+    sys.stderr.write(step.line() + "\n")
+    sys.stderr.flush()
+
+
 def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
               agent: bool | None, conversation: str | None, as_json: bool) -> str | None:
     """Ask, stream the answer, list its sources; the conversation's id (None: no match)."""
@@ -432,7 +437,7 @@ def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
     result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
                         on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
                         conversation_id=conversation,
-                        on_step=lambda step: sys.stderr.write(step.line() + "\n"))
+                        on_step=_show_step)
     if not result.used and not result.steps and not result.answer:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         return None

@@ -587,7 +587,13 @@ class Corpus:
                                  self.config.get("ask.max_steps"), AGENT_MAX_CALLS,
                                  TOOL_RESULT_CHARS, HISTORY_SHARE)
         cid = None if conversation_id is None else self.conversation_for(conversation_id)
-        chosen = provider or providers.from_config(self.config)
+        made: list[Provider] = [provider] if provider else []
+
+        def chosen() -> Provider:
+            if not made:
+                made.append(providers.from_config(self.config))
+            return made[0]
+
         if not keep and cid is None:
             return turn.run(self, chosen, question, None, settings, store=None,
                             on_text=on_text, on_step=on_step, on_warning=on_warning)
@@ -596,7 +602,8 @@ class Corpus:
                             settings, store=store if keep else None, on_text=on_text,
                             on_step=on_step, on_warning=on_warning)
 
-    def ask_once(self, question: Any, top_k: Any = None, *, provider: Provider,
+    def ask_once(self, question: Any, top_k: Any = None, *,
+                 provider: Provider | Callable[[], Provider],
                  on_text: Callable[[str], None] | None = None, mode: Any = None,
                  on_warning: Callable[[str], None] | None = None,
                  retrieve_with: str | None = None, recalled: Any = None) -> Answer:
@@ -610,7 +617,7 @@ class Corpus:
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
-        return ask.answer(prompt, provider, on_text)
+        return ask.answer(prompt, provider() if callable(provider) else provider, on_text)
 
     # -- agent mode and conversations -----------------------------------------------------
 
@@ -667,14 +674,10 @@ class Corpus:
         import json
 
         from loomcli import agent, history
-        from loomcli.conversations import Conversations
 
         question = _text("question", question)
-        conv = None
-        if conversation_id is not None:
-            with Conversations.open() as store:
-                conv = store.get(self.conversation_for(conversation_id) or "")
-        recalled = history.Recall(turns=conv.turns if conv else [])
+        recalled = history.Recall() if conversation_id is None \
+            else self._recall(question, conversation_id)[1]
         tools = [{"name": s.name, "description": s.description, "parameters": s.parameters}
                  for s in agent.specs()]
         parts = [f"[tools]\n{json.dumps(tools, indent=2, ensure_ascii=False)}",

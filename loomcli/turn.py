@@ -72,19 +72,25 @@ def model_text(provider: Provider, window: int) -> Callable[[list[Message], int]
     return chat
 
 
-def run(corpus: Corpus, provider: Provider, question: str, conv: Conversation | None,
+def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
+        conv: Conversation | None,
         settings: Settings, *, store: Conversations | None,
         on_text: Callable[[str], None] | None = None,
         on_step: Callable[[agent.Step], None] | None = None,
         on_warning: Callable[[str], None] | None = None) -> ask.Answer:
     """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
-    turn in `store` (None: keep nothing)."""
-    window, answer_tokens, history_budget, estimate = budget(
-        corpus.config, provider, question, settings.history_share)
-    recalled = history.recall(conv, history_budget, estimate,
-                              history.summarizer(model_text(provider, window)))
+    turn in `store` (None: keep nothing). `get_provider` is called only when a model is
+    (a plain ask that matches nothing needs none)."""
+    recalled = history.Recall()
+    provider = None
+    if settings.agent or (conv is not None and conv.turns):
+        provider = get_provider()
+        window, answer_tokens, history_budget, estimate = budget(
+            corpus.config, provider, question, settings.history_share)
+        recalled = history.recall(conv, history_budget, estimate,
+                                  history.summarizer(model_text(provider, window)))
     result: ask.Answer | None = None
-    if settings.agent:
+    if settings.agent and provider is not None:
         try:
             result = _agent(corpus, provider, question, recalled, settings, window,
                             answer_tokens, estimate, on_text, on_step)
@@ -93,7 +99,8 @@ def run(corpus: Corpus, provider: Provider, question: str, conv: Conversation | 
                 on_warning(f"{provider.model} takes no tools ({exc.message}); asking "
                            "without --agent")
     if result is None:
-        result = corpus.ask_once(question, settings.top_k, provider=provider, on_text=on_text,
+        result = corpus.ask_once(question, settings.top_k, provider=provider or get_provider,
+                                 on_text=on_text,
                             mode=settings.mode, on_warning=on_warning,
                             retrieve_with=history.retrieval_text(conv, question),
                             recalled=recalled if recalled.turns or recalled.summary else None)

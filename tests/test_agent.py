@@ -384,3 +384,61 @@ def test_ctrl_c_in_the_loop_exits_130_and_keeps_the_last_complete_turn(kernel_no
     assert "→ loom_grep SysRq" in err  # the first step ran and was shown
     assert "Traceback" not in err
     assert [t[1:] for t in conversation_turns(loom_home)] == [(1, "which key?")]
+
+
+# -- MCP and HTTP -------------------------------------------------------------------------
+
+def test_mcp_loom_ask_takes_and_returns_conversation_id_and_steps(kernel_notes, loom_home):
+    from .test_mcp import run_session, structured
+
+    async def body(client):
+        first = structured(await client.call_tool("loom_ask", {
+            "question": "which key does the kernel listen to?", "agent": True}))
+        follow = structured(await client.call_tool("loom_ask", {
+            "question": "and how do I reboot?", "agent": True,
+            "conversation_id": first["conversation_id"]}))
+        unknown = await client.call_tool("loom_ask", {"question": "x",
+                                                      "conversation_id": "nope"})
+        return first, follow, unknown
+
+    with ToolLLM(investigator("SysRq")) as llm:
+        configure(loom_home, "ollama", llm.url)
+        first, follow, unknown = run_session(loom_home, body)
+    assert [s["tool"] for s in first["steps"]] == ["loom_grep", "loom_get_file"]
+    assert follow["conversation_id"] == first["conversation_id"]
+    assert SYSRQ in follow["answer"]
+    assert unknown.is_error and "no conversation 'nope'" in unknown.content[0].text
+    assert [t[1] for t in conversation_turns(loom_home)] == [1, 2]
+
+
+def test_http_ask_takes_conversation_id_and_streams_steps(kernel_notes, loom_home):
+    import urllib.request
+
+    from .test_http import Server
+
+    with ToolLLM(investigator("SysRq")) as llm:
+        configure(loom_home, "openai", llm.url)
+        s = Server()
+        try:
+            status, first = s.call("POST", "/ask", {"question": "which key?", "agent": True})
+            request = urllib.request.Request(
+                s.url + "/ask", method="POST", headers={"Content-Type": "application/json"},
+                data=json.dumps({"question": "and how do I reboot?", "agent": True,
+                                 "stream": True,
+                                 "conversation_id": first["conversation_id"]}).encode())
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                events = [json.loads(line) for line in resp]
+            bad = s.call("POST", "/ask", {"question": "x", "conversation_id": 5})
+            missing = s.call("POST", "/ask", {"question": "x", "conversation_id": "nope",
+                                              "stream": True})
+        finally:
+            s.stop()
+    assert status == 200 and [st["tool"] for st in first["steps"]] == ["loom_grep",
+                                                                      "loom_get_file"]
+    assert [e["step"]["tool"] for e in events if "step" in e] == ["loom_grep",
+                                                                 "loom_get_file"]
+    done = events[-1]
+    assert done["done"] is True and done["conversation_id"] == first["conversation_id"]
+    assert SYSRQ in "".join(e.get("text", "") for e in events)
+    assert bad[0] == 400 and "conversation_id must be a" in bad[1]["error"]
+    assert missing[0] == 404 and "no conversation 'nope'" in missing[1]["error"]

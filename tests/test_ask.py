@@ -125,7 +125,7 @@ def test_streams_the_answer_then_the_cited_sources(indexed, loom_home, llm, prov
 def test_json_output(indexed, loom_home, llm):
     configure(loom_home, "openai", llm.url + "/v1")
     data = json.loads(loom("ask", "madder root invoice", "--json").stdout)
-    assert list(data) == ["answer", "citations", "used"]
+    assert list(data) == ["answer", "citations", "used", "conversation_id", "steps"]
     assert data["citations"] == ["manuals/field-guide.pdf"]
     assert list(data["used"][0]) == ["path", "title", "content_len"]
 

@@ -140,4 +140,5 @@ def test_no_match_is_an_empty_result_not_an_error(notes, loom_home):
     search, grep, ask = run_session(loom_home, body)
     assert search == {"hits": []}
     assert grep == {"matches": [], "truncated": False}
-    assert ask == {"answer": "", "citations": [], "used": []}
+    assert ask == {"answer": "", "citations": [], "used": [], "conversation_id": None,
+                   "steps": []}

@@ -10,8 +10,8 @@ scripted models on loopback (tests/tool_llm_server.py) speaking Ollama's protoco
    operations.Corpus, capping its result, fitting the request to the window), beside a
    plain ask's retrieval and excerpts in the same run (`Corpus.prompt`): the ratio says
    what one step adds compared with what every ask already pays.
-2. Tool-result sizes: the JSON characters each tool returns to the model, before and
-   after the cap, for grep, read and search calls drawn from the corpus's own words.
+2. Tool-result sizes: the JSON characters each tool returns to the model (after the cap,
+   `TOOL_RESULT_CHARS`), for grep, read and search calls drawn from the corpus's words.
 3. The window never exceeded: 100 randomized scripted loops (random tools, arguments,
    windows of 2k-32k tokens, max_steps) through the real Ollama provider and the
    stand-in that silently cuts a prompt longer than `num_ctx`; counted: prompts cut,
@@ -102,14 +102,12 @@ def random_brain(rng: random.Random, words: list[str], paths: list[str]):
 
 
 def run_loop(corpus, provider, question: str, max_steps: int, window: int):
-    from loomcli import agent
-    from loomcli.ask import budget as ask_budget
+    from loomcli import agent, turn
     from loomcli.operations import AGENT_MAX_CALLS, TOOL_RESULT_CHARS
 
     limits = agent.Limits(max_steps, AGENT_MAX_CALLS, TOOL_RESULT_CHARS, window,
-                          ask_budget.answer_tokens(corpus.config, window))
-    return agent.run(corpus, provider, question, limits=limits,
-                     estimate=ask_budget.estimate)
+                          turn.answer_reserve(corpus.config, window))
+    return agent.run(corpus, provider, question, limits=limits, estimate=turn.estimator())
 
 
 def main() -> None:
