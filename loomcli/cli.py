@@ -382,9 +382,13 @@ def ask(
         "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
         show_default=False)] = None,
     show_context: Annotated[bool, typer.Option(
-        "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
+        "--show-context", help="Print the context line and exactly what would be sent; "
+        "call nothing.")] = False,
     mode: ModeOpt = None,
     as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Print the context line and each stage's time on stderr.")
+    ] = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
     corpus = _corpus()
@@ -398,6 +402,7 @@ def ask(
         if prompt is None:
             _err("no indexed file matches the question; nothing would be sent")
             raise typer.Exit(1)
+        _out(prompt.header_line())
         _out(prompt.render(), end="")
         return
 
@@ -409,16 +414,42 @@ def ask(
     if not result.used:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         raise typer.Exit(1)
+    if verbose:
+        _verbose_ask(result)
     if as_json:
         _print_json(result.to_dict())
         return
-    titles = {u.path: u.title for u in result.used}
-    lines = ["", "", "Sources:"]
+    from loomcli.ask import page_label
+
+    by_path = {u.path: u for u in result.used}
+    lines = [""]
+    lines += [f"unverified quote: \"{_shorten(q.text)}\"" for q in result.quotes
+              if not q.verified]
+    lines += ["", "Sources:"]
     if result.citations:
-        lines += [f"  [{_shown(p)}] {titles[p]}" for p in result.citations]
+        for p in result.citations:
+            pages = page_label(by_path[p].pages)
+            lines.append(f"  [{_shown(p)}{' ' + pages if pages else ''}] {by_path[p].title}")
     else:
         lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
     _out("\n".join(lines))
+
+
+def _shorten(text: str, chars: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= chars else flat[:chars - 1] + "…"
+
+
+def _verbose_ask(result: Any) -> None:
+    c = result.context
+    if c:
+        sys.stderr.write(f"loom: context: window {c['window_tokens']:,} tokens "
+                         f"({c['source']}), prompt ~{c['prompt_tokens']:,}, answer "
+                         f"{c['answer_tokens']:,} reserved; {c['files_sent']} files sent, "
+                         f"{c['files_left_out']} left out\n")
+    t = result.timings
+    sys.stderr.write("loom: timings: " + ", ".join(
+        f"{k.removesuffix('_ms')} {v:,.0f} ms" for k, v in t.items()) + "\n")
 
 
 @app.command()

@@ -345,15 +345,16 @@ class Api:
 
     async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any) -> Any:
         """NDJSON: {"text": piece} lines as the LLM writes, then {"done": true, answer,
-        citations, used}, or {"error": message} when the LLM fails mid-way."""
+        citations, used, sources, quotes, context, timings}, or {"error": message} when
+        the LLM fails mid-way."""
         import anyio
         from starlette.responses import StreamingResponse
 
         from loomcli import ask, providers
 
         # Everything that can fail before the first piece fails here, with its status.
-        prompt = await self.run(lambda: corpus.prompt(question, top_k, mode))
-        provider = providers.from_config(corpus.config) if prompt is not None else None
+        provider = await self.run(lambda: providers.from_config(corpus.config))
+        prompt = await self.run(lambda: corpus.prompt(question, top_k, mode, provider=provider))
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
         def work() -> None:
@@ -361,12 +362,17 @@ class Api:
                 anyio.from_thread.run(send.send, {"text": text})
 
             try:
-                result = ask.Answer("", [], []) if prompt is None or provider is None \
-                    else ask.answer(prompt, provider, piece)
+                result = ask.Answer("", [], []) if prompt is None else corpus.ask(
+                    question, top_k, mode=mode, provider=provider, on_text=piece,
+                    prepared=prompt)
                 anyio.from_thread.run(send.send, {"done": True, **result.to_dict()})
             except LoomError as exc:
                 sys.stderr.write(f"loom serve: ask: {exc}\n")
                 anyio.from_thread.run(send.send, {"error": scrub(str(exc))})
+            except Exception as exc:  # a bug: the stream still ends with its error line
+                sys.stderr.write(f"loom serve: ask: internal error: {exc!r}\n")
+                anyio.from_thread.run(send.send, {"error": "internal error — see the "
+                                                  "server's log"})
             finally:
                 anyio.from_thread.run(send.aclose)
 

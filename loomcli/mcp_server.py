@@ -81,9 +81,12 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     @server.tool(description=(
         "Answer a question from the user's notes with the user's configured LLM, in one "
         "call: the top_k best files are sent as their head plus the passage that answers. "
-        "Returns answer, citations (paths the answer cites) and used (files sent); when no "
-        "file matches, nothing is sent and answer is empty. top_k defaults to the user's "
-        "[ask] top_k."))
+        "The prompt fits the model's context window. Returns answer, citations (paths the "
+        "answer cites), used (files sent), sources (cited files with the pages and byte "
+        "spans sent), quotes (each quoted passage: path, offset, length, page, verified), "
+        "context (window_tokens, prompt_tokens, answer_tokens, source, files_sent, "
+        "files_left_out) and timings; when no file matches, nothing is sent and answer is "
+        "empty. top_k defaults to the user's [ask] top_k."))
     async def loom_ask(question: str, top_k: int | None = None,
                        mode: str = "auto") -> dict[str, Any]:
         return await call(Corpus.ask, question, top_k, mode=mode)

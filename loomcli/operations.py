@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from loomcli.errors import IndexMissingError, LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
+    from loomcli.ask.window import Budget
     from loomcli.grep import GrepResult
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
@@ -38,6 +40,7 @@ GREP_CONTEXT_MAX = 50
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
+ASK_CANDIDATES = 3  # ask ranks top_k × this many files: near-copies and left-outs give way
 SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 # A query of more content words than this is a question: BM25 ranks files by any of
 # them instead of first asking for all (measured: README, "Search by meaning").
@@ -526,33 +529,80 @@ class Corpus:
 
     # -- ask ----------------------------------------------------------------------------
 
-    def prompt(self, question: Any, top_k: Any = None, mode: Any = None) -> Prompt | None:
-        """Exactly what ask would send, or None when no indexed file matches."""
+    def prompt(self, question: Any, top_k: Any = None, mode: Any = None, *,
+               provider: Provider | None = None, window: Budget | None = None,
+               clock: Callable[[], float] = time.perf_counter) -> Prompt | None:
+        """Exactly what ask would send, or None when no indexed file matches. The prompt
+        fits the model's window, learned from `provider` (the configured one when None);
+        `window` overrides it (a retry at half the budget)."""
         from loomcli import ask
 
         question = _text("question", question)
         k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
         mode = self._mode(mode)
+        warnings: list[str] = []
+        budget = window or self._budget(provider, k, warnings)
+        started = clock()
         with self.store() as store:
-            found, warnings, vector = self._rank(store, question, k * 2, mode, "OR")
+            found, found_warnings, vector = self._rank(store, question, k * ASK_CANDIDATES,
+                                                       mode, "OR")
+            ranked = clock()
             prompt = ask.build_prompt(
                 store, question, [h for h, _ in found], top_k=k,
                 budget=self.config.get("ask.file_budget_chars"),
                 head_chars=self.config.get("ask.head_chars"),
-                near=lambda fid, text: self._near(store, fid, text, vector))
+                near=lambda fid, text: self._near(store, fid, text, vector), window=budget)
         if prompt is not None:
-            prompt.warnings = warnings
+            prompt.warnings = warnings + found_warnings
+            prompt.timings = {"retrieve_ms": round((ranked - started) * 1000, 1),
+                              "excerpts_ms": round((clock() - ranked) * 1000, 1)}
         return prompt
+
+    def _budget(self, provider: Provider | None, top_k: int, warnings: list[str]
+                ) -> Budget | None:
+        """The token budget of an ask: the provider's window (asked once per model and
+        endpoint), less the answer's reserve. No provider configured: the character
+        bounds only. Without a provider given (`--show-context`), a server that cannot
+        be asked is a warning and the default window."""
+        from loomcli import providers
+        from loomcli.ask import window
+        from loomcli.errors import ProviderError
+
+        strict = provider is not None  # an ask: a server that cannot be asked fails it
+        try:
+            provider = provider or providers.from_config(self.config)
+        except LoomError:
+            return None
+        try:
+            told = provider.window()
+        except ProviderError as exc:
+            if strict:
+                raise
+            warnings.append(f"could not learn the model's window, assuming "
+                            f"{providers.DEFAULT_WINDOW:,} tokens: {exc}")
+            told = providers.Window(providers.DEFAULT_WINDOW, "default")
+        return window.plan(provider.name, told.tokens, told.source, top_k=top_k,
+                           file_budget_chars=self.config.get("ask.file_budget_chars"),
+                           max_answer_tokens=self.config.get("llm.max_answer_tokens"))
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
-            on_warning: Callable[[str], None] | None = None) -> Answer:
-        """One LLM call over the best files. Nothing matching: an empty Answer (no call)."""
+            on_warning: Callable[[str], None] | None = None,
+            clock: Callable[[], float] = time.perf_counter,
+            prepared: Prompt | None = None) -> Answer:
+        """One LLM call over the best files, fitted to the model's window. Nothing
+        matching: an empty Answer (no call). `prepared`: the prompt `prompt()` made for
+        the same arguments and provider (an edge that checks it before answering)."""
         from loomcli import ask, providers
 
-        prompt = self.prompt(question, top_k, mode)
+        started = clock()
+        provider = provider or providers.from_config(self.config)
+        prompt = prepared or self.prompt(question, top_k, mode, provider=provider, clock=clock)
         for warning in prompt.warnings if prompt and on_warning else ():
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
-        return ask.answer(prompt, provider or providers.from_config(self.config), on_text)
+        result = ask.answer(prompt, provider, on_text, clock=clock, rebuild=lambda b: self.prompt(
+            question, top_k, mode, provider=provider, window=b, clock=clock))
+        result.timings["total_ms"] = round((clock() - started) * 1000, 1)
+        return result
