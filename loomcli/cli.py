@@ -393,12 +393,16 @@ def ask(
     question: Annotated[list[str], typer.Argument(help="The question, in any language.")],
     top_k: TopKOpt = None,
     show_context: Annotated[bool, typer.Option(
-        "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
+        "--show-context", help="Print the context line and exactly what would be sent; "
+        "call nothing.")] = False,
     mode: ModeOpt = None,
     agent: AgentOpt = None,
     cont: ContinueOpt = False,
     cid: CidOpt = None,
     as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Print the context line and each stage's time on stderr.")
+    ] = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
     corpus = _corpus()
@@ -416,9 +420,10 @@ def ask(
         if prompt is None:
             _err("no indexed file matches the question; nothing would be sent")
             raise typer.Exit(1)
+        _out(prompt.header_line())
         _out(prompt.render(), end="")
         return
-    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json):
+    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json, verbose):
         raise typer.Exit(1)
 
 
@@ -428,7 +433,8 @@ def _show_step(step: Any) -> None:
 
 
 def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
-              agent: bool | None, conversation: str | None, as_json: bool) -> str | None:
+              agent: bool | None, conversation: str | None, as_json: bool,
+              verbose: bool = False) -> str | None:
     """Ask, stream the answer, list its sources; the conversation's id (None: no match)."""
 
     def stream(piece: str) -> None:
@@ -441,13 +447,22 @@ def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
     if not result.used and not result.steps and not result.answer:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         return None
+    if verbose:
+        _verbose_ask(result)
     if as_json:
         _print_json(result.to_dict())
         return result.conversation_id
-    titles = {u.path: u.title for u in result.used}
-    lines = ["", "", "Sources:"]
+    from loomcli.ask import page_label
+
+    by_path = {u.path: u for u in result.used}
+    lines = [""]
+    lines += [f"unverified quote: \"{_shorten(q.text)}\"" for q in result.quotes
+              if not q.verified]
+    lines += ["", "Sources:"]
     if result.citations:
-        lines += [f"  [{_shown(p)}] {titles.get(p, '')}".rstrip() for p in result.citations]
+        for p in result.citations:
+            pages = page_label(by_path[p].pages)
+            lines.append(f"  [{_shown(p)}{' ' + pages if pages else ''}] {by_path[p].title}")
     elif result.used:
         lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
     else:
@@ -503,6 +518,23 @@ def conversations_cmd(
     for c in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
         _out(f"{c.id}  {when}  {len(c.turns):>3} turns  {_shown(c.title)}")
+
+
+def _shorten(text: str, chars: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= chars else flat[:chars - 1] + "…"
+
+
+def _verbose_ask(result: Any) -> None:
+    c = result.context
+    if c:
+        sys.stderr.write(f"loom: context: window {c['window_tokens']:,} tokens "
+                         f"({c['source']}), prompt ~{c['prompt_tokens']:,}, answer "
+                         f"{c['answer_tokens']:,} reserved; {c['files_sent']} files sent, "
+                         f"{c['files_left_out']} left out\n")
+    t = result.timings
+    sys.stderr.write("loom: timings: " + ", ".join(
+        f"{k.removesuffix('_ms')} {v:,.0f} ms" for k, v in t.items()) + "\n")
 
 
 @app.command()

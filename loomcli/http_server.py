@@ -347,17 +347,17 @@ class Api:
     async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any,
                          agent: Any = None, cid: Any = None) -> Any:
         """NDJSON: {"text": piece} lines as the LLM writes, then {"done": true, answer,
-        citations, used, conversation_id, steps}, or {"error": message} when the LLM fails
-        mid-way. An agent ask also sends {"step": {tool, arguments, result_chars, ms}} as
-        each tool runs."""
+        citations, used, sources, quotes, context, timings, conversation_id, steps}, or
+        {"error": message} when the LLM fails mid-way. An agent ask also sends {"step":
+        {tool, arguments, result_chars, ms}} as each tool runs."""
         import anyio
         from starlette.responses import StreamingResponse
 
         from loomcli import providers
 
         # Everything that can fail before the first piece fails here, with its status.
+        provider = await self.run(lambda: providers.from_config(corpus.config))
         cid = await self.run(lambda: corpus.check_ask(question, top_k, mode, agent, cid))
-        provider = providers.from_config(corpus.config)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
         def work() -> None:
@@ -375,6 +375,10 @@ class Api:
             except LoomError as exc:
                 sys.stderr.write(f"loom serve: ask: {exc}\n")
                 anyio.from_thread.run(send.send, {"error": scrub(str(exc))})
+            except Exception as exc:  # a bug: the stream still ends with its error line
+                sys.stderr.write(f"loom serve: ask: internal error: {exc!r}\n")
+                anyio.from_thread.run(send.send, {"error": "internal error — see the "
+                                                  "server's log"})
             finally:
                 anyio.from_thread.run(send.aclose)
 

@@ -81,11 +81,15 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     @server.tool(description=(
         "Answer a question from the user's notes with the user's configured LLM, in one "
         "call: the top_k best files are sent as their head plus the passage that answers. "
-        "Returns answer, citations (paths the answer cites) and used (files sent); when no "
-        "file matches, nothing is sent and answer is empty. top_k defaults to the user's "
-        "[ask] top_k. agent: let the LLM search, grep and read in a bounded loop (steps "
-        "lists each tool it ran; default [ask] agent). Each answer is kept as a turn of a "
-        "conversation: pass the returned conversation_id to ask a follow-up."))
+        "The prompt fits the model's context window. Returns answer, citations (paths the "
+        "answer cites), used (files sent), sources (cited files with the pages and byte "
+        "spans sent), quotes (each quoted passage: path, offset, length, page, verified), "
+        "context (window_tokens, prompt_tokens, answer_tokens, source, files_sent, "
+        "files_left_out) and timings; when no file matches, nothing is sent and answer is "
+        "empty. top_k defaults to the user's [ask] top_k. agent: let the LLM search, grep "
+        "and read in a bounded loop (steps lists each tool it ran; default [ask] agent). "
+        "Each answer is kept as a turn of a conversation: pass the returned "
+        "conversation_id to ask a follow-up."))
     async def loom_ask(question: str, top_k: int | None = None, mode: str = "auto",
                        agent: bool | None = None,
                        conversation_id: str | None = None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from loomcli.errors import IndexMissingError, LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
+    from loomcli.ask.window import Budget
     from loomcli.grep import GrepResult
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
@@ -38,6 +40,7 @@ GREP_CONTEXT_MAX = 50
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
+ASK_CANDIDATES = 3  # ask ranks top_k × this many files: near-copies and left-outs give way
 SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 # A query of more content words than this is a question: BM25 ranks files by any of
 # them instead of first asking for all (measured: README, "Search by meaning").
@@ -532,11 +535,15 @@ class Corpus:
     # -- ask ----------------------------------------------------------------------------
 
     def prompt(self, question: Any, top_k: Any = None, mode: Any = None, *,
+               provider: Provider | None = None, window: Budget | None = None,
+               clock: Callable[[], float] = time.perf_counter,
                retrieve_with: str | None = None, recalled: Any = None,
                conversation_id: Any = None) -> Prompt | None:
-        """Exactly what ask would send, or None when no indexed file matches. A follow-up
-        (`conversation_id`, or `retrieve_with` and `recalled` from its turn) retrieves with
-        the conversation's words and carries its earlier turns."""
+        """Exactly what ask would send, or None when no indexed file matches. The prompt
+        fits the model's window, learned from `provider` (the configured one when None);
+        `window` overrides it (a retry at half the budget). A follow-up (`conversation_id`,
+        or `retrieve_with` and `recalled` from its turn) retrieves with the conversation's
+        words and carries its earlier turns, which the notes make room for."""
         from loomcli import ask
 
         question = _text("question", question)
@@ -544,42 +551,82 @@ class Corpus:
             retrieve_with, recalled = self._recall(question, conversation_id)
         k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
         mode = self._mode(mode)
+        warnings: list[str] = []
+        budget = window or self._budget(provider, k, warnings)
+        earlier = recalled.tokens if recalled is not None else 0
+        started = clock()
         with self.store() as store:
-            found, warnings, vector = self._rank(store, retrieve_with or question, k * 2,
-                                                 mode, "OR")
+            found, found_warnings, vector = self._rank(store, retrieve_with or question,
+                                                       k * ASK_CANDIDATES, mode, "OR")
+            ranked = clock()
             prompt = ask.build_prompt(
                 store, question, [h for h, _ in found], top_k=k,
                 budget=self.config.get("ask.file_budget_chars"),
                 head_chars=self.config.get("ask.head_chars"),
-                near=lambda fid, text: self._near(store, fid, text, vector))
+                near=lambda fid, text: self._near(store, fid, text, vector),
+                window=budget.reserving(earlier) if budget else None)
         if prompt is not None:
-            prompt.warnings = warnings
+            prompt.warnings = warnings + found_warnings
+            prompt.timings = {"retrieve_ms": round((ranked - started) * 1000, 1),
+                              "excerpts_ms": round((clock() - ranked) * 1000, 1)}
             if recalled is not None:
                 prompt.user = recalled.as_text() + prompt.user
+                prompt.prompt_tokens += earlier
+                prompt.budget = budget
         return prompt
 
     def _recall(self, question: str, conversation_id: Any) -> tuple[str, Any]:
         """A follow-up's retrieval words and earlier turns, as its ask would send them
         (for --show-context: no summary is written, older turns are shortened)."""
-        from loomcli import history, providers, turn
+        from loomcli import providers
+        from loomcli.ask import history, turn
         from loomcli.conversations import Conversations
 
         with Conversations.open() as store:
             conv = store.get(self.conversation_for(conversation_id) or "")
-        _, _, budget, estimate = turn.budget(self.config, providers.from_config(self.config),
-                                             question, HISTORY_SHARE)
-        return history.retrieval_text(conv, question), history.recall(conv, budget, estimate)
+        plan = turn.budget(self, providers.from_config(self.config), question, HISTORY_SHARE)
+        return (history.retrieval_text(conv, question),
+                history.recall(conv, plan.history_tokens, plan.estimate))
+
+    def _budget(self, provider: Provider | None, top_k: int, warnings: list[str]
+                ) -> Budget | None:
+        """The token budget of an ask: the provider's window (asked once per model and
+        endpoint), less the answer's reserve. No provider configured: the character
+        bounds only. Without a provider given (`--show-context`), a server that cannot
+        be asked is a warning and the default window."""
+        from loomcli import providers
+        from loomcli.ask import window
+        from loomcli.errors import ProviderError
+
+        strict = provider is not None  # an ask: a server that cannot be asked fails it
+        try:
+            provider = provider or providers.from_config(self.config)
+        except LoomError:
+            return None
+        try:
+            told = provider.window()
+        except ProviderError as exc:
+            if strict:
+                raise
+            warnings.append(f"could not learn the model's window, assuming "
+                            f"{providers.DEFAULT_WINDOW:,} tokens: {exc}")
+            told = providers.Window(providers.DEFAULT_WINDOW, "default")
+        return window.plan(provider.name, told.tokens, told.source, top_k=top_k,
+                           file_budget_chars=self.config.get("ask.file_budget_chars"),
+                           max_answer_tokens=self.config.get("llm.max_answer_tokens"))
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
             on_warning: Callable[[str], None] | None = None, agent: Any = None,
             conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
-            keep: bool = True) -> Answer:
-        """Answer from the notes: one LLM call over the best files, or (agent) a bounded
-        loop in which the model searches, greps and reads. With a conversation_id, a
-        follow-up of that conversation; the turn is kept (a new conversation when None).
-        Nothing matching a plain ask: an empty Answer (no call, nothing kept)."""
-        from loomcli import providers, turn
+            keep: bool = True, clock: Callable[[], float] = time.perf_counter) -> Answer:
+        """Answer from the notes: one LLM call over the best files fitted to the model's
+        window, or (agent) a bounded loop in which the model searches, greps and reads.
+        With a conversation_id, a follow-up of that conversation; the turn is kept (a new
+        conversation when None). Nothing matching a plain ask: an empty Answer (no call,
+        nothing kept)."""
+        from loomcli import providers
+        from loomcli.ask import turn
         from loomcli.conversations import Conversations
 
         question = _text("question", question)
@@ -596,28 +643,40 @@ class Corpus:
 
         if not keep and cid is None:
             return turn.run(self, chosen, question, None, settings, store=None,
-                            on_text=on_text, on_step=on_step, on_warning=on_warning)
+                            on_text=on_text, on_step=on_step, on_warning=on_warning,
+                            clock=clock)
         with Conversations.open() as store:
             return turn.run(self, chosen, question, store.get(cid) if cid else None,
                             settings, store=store if keep else None, on_text=on_text,
-                            on_step=on_step, on_warning=on_warning)
+                            on_step=on_step, on_warning=on_warning, clock=clock)
 
     def ask_once(self, question: Any, top_k: Any = None, *,
                  provider: Provider | Callable[[], Provider],
                  on_text: Callable[[str], None] | None = None, mode: Any = None,
                  on_warning: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
                  retrieve_with: str | None = None, recalled: Any = None) -> Answer:
-        """One LLM call over the best files (retrieved with `retrieve_with`, the
-        conversation's words, when given; `recalled`: the earlier turns to send)."""
+        """One LLM call over the best files, fitted to the model's window (retrieved with
+        `retrieve_with`, the conversation's words, when given; `recalled`: the earlier
+        turns to send). Nothing matching: an empty Answer (no call)."""
         from loomcli import ask
 
-        prompt = self.prompt(question, top_k, mode, retrieve_with=retrieve_with,
-                             recalled=recalled)
+        started = clock()
+        chosen = provider() if callable(provider) else provider
+        prompt = self.prompt(question, top_k, mode, provider=chosen, clock=clock,
+                             retrieve_with=retrieve_with, recalled=recalled)
         for warning in prompt.warnings if prompt and on_warning else ():
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
-        return ask.answer(prompt, provider() if callable(provider) else provider, on_text)
+
+        def rebuild(smaller: Budget) -> Prompt | None:
+            return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
+                               clock=clock, retrieve_with=retrieve_with, recalled=recalled)
+
+        result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
+        result.timings["total_ms"] = round((clock() - started) * 1000, 1)
+        return result
 
     # -- agent mode and conversations -----------------------------------------------------
 
@@ -654,18 +713,40 @@ class Corpus:
         with Conversations.open() as store:
             return store.recent(n or CONVERSATIONS_LIMIT)
 
-    def used_files(self, paths: list[str]) -> list[Any]:
-        """The files a list of index paths name, as ask's `used` (unknown paths left out)."""
+    def used_files(self, returned: list[Any]) -> list[Any]:
+        """What an agent's tools returned (agent.Returned), as ask's `used` files with the
+        pieces the model read located in each file's text (byte offsets in `loom get`
+        terms, PDF pages), so its quotes are checked as a plain ask's are."""
         from loomcli import ask
+        from loomcli.excerpt import SCAN_BYTES
 
+        by_path: dict[str, list[Any]] = {}
+        for r in returned:
+            by_path.setdefault(r.path, []).append(r)
         out = []
         with self.store() as store:
-            for path in paths:
+            for path, got in by_path.items():
                 try:
                     row = store.resolve(path)
                 except LoomError:
                     continue
-                out.append(ask.UsedFile(path, row.title or "", row.content_len))
+                text: str | None = None
+                pieces: list[tuple[int, str]] = []
+                for r in got:
+                    if r.offset is not None:
+                        pieces.append((r.offset, r.text))
+                        continue
+                    if text is None:
+                        text = store.text_bytes(row.id, 0, SCAN_BYTES).decode("utf-8",
+                                                                              "ignore")
+                    for part in r.text.split("[...]"):
+                        at = text.find(part.strip()) if part.strip() else -1
+                        if at >= 0:
+                            pieces.append((len(text[:at].encode("utf-8")), part.strip()))
+                used = ask.UsedFile(path, row.title or "", row.content_len)
+                used.pieces = pieces
+                used.page_starts = store.pages(row.id) if row.kind == "pdf" else None
+                out.append(used)
         return out
 
     def agent_request(self, question: Any, conversation_id: Any = None) -> str:
@@ -673,7 +754,7 @@ class Corpus:
         nothing: `--show-context`."""
         import json
 
-        from loomcli import agent, history
+        from loomcli.ask import agent, history
 
         question = _text("question", question)
         recalled = history.Recall() if conversation_id is None \

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import agent, tools
+from loomcli import tools
+from loomcli.ask import agent
 from loomcli.operations import AGENT_MAX_CALLS
 
 from .conftest import write

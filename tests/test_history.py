@@ -7,7 +7,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import agent, history
+from loomcli.ask import agent, history
 from loomcli.conversations import Conversation, Turn
 from loomcli.errors import ProviderError
 from loomcli.providers import Message, ToolCall

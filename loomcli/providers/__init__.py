@@ -194,7 +194,7 @@ class HttpSettings:
     def get_json(self, url: str, headers: dict[str, str] | None = None,
                  body: dict[str, Any] | None = None) -> Any:
         """A small JSON document (a server's window, say), within the probe time-out."""
-        with self.request(url, body, headers or {}, PROBE_TIMEOUT_S) as resp:
+        with self.request(url, body, headers or {}, min(PROBE_TIMEOUT_S, self.timeout_s)) as resp:
             raw = resp.read(self.max_line_bytes + 1)
         if len(raw) > self.max_line_bytes:
             raise self.fail(f"{url} answered more than {self.max_line_bytes:,} bytes")

@@ -101,13 +101,15 @@ def random_brain(rng: random.Random, words: list[str], paths: list[str]):
     return brain
 
 
-def run_loop(corpus, provider, question: str, max_steps: int, window: int):
-    from loomcli import agent, turn
-    from loomcli.operations import AGENT_MAX_CALLS, TOOL_RESULT_CHARS
+def run_loop(corpus, provider, question: str, max_steps: int):
+    from loomcli.ask import agent, turn
+    from loomcli.operations import AGENT_MAX_CALLS, HISTORY_SHARE, TOOL_RESULT_CHARS
 
-    limits = agent.Limits(max_steps, AGENT_MAX_CALLS, TOOL_RESULT_CHARS, window,
-                          turn.answer_reserve(corpus.config, window))
-    return agent.run(corpus, provider, question, limits=limits, estimate=turn.estimator())
+    plan = turn.budget(corpus, provider, question, HISTORY_SHARE)
+    limits = agent.Limits(max_steps, AGENT_MAX_CALLS, TOOL_RESULT_CHARS,
+                          plan.budget.window_tokens, plan.budget.answer_tokens,
+                          plan.budget.context_tokens)
+    return agent.run(corpus, provider, question, limits=limits, estimate=plan.estimate)
 
 
 def main() -> None:
@@ -135,7 +137,7 @@ def main() -> None:
             start = time.perf_counter()
             try:
                 out = run_loop(corpus, provider, f"question {i}: " + " ".join(
-                    rng.sample(words, 4)), rng.randint(1, 8), window)
+                    rng.sample(words, 4)), rng.randint(1, 8))
             except Exception as exc:  # a refusal or an error is counted, not hidden
                 refused += 1
                 print(f"  loop {i}: {exc}")

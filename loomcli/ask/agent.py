@@ -94,6 +94,7 @@ class Limits:
     result_chars: int  # one tool result's cap, in characters of JSON
     window_tokens: int
     answer_tokens: int
+    context_tokens: int | None = None  # sent to the server (Ollama's num_ctx)
 
 
 def specs() -> list[ToolSpec]:
@@ -134,7 +135,7 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
         text: list[str] = []
         calls: list[ToolCall] = []
         for item in provider.chat(request, tools=tools_now, max_tokens=limits.answer_tokens,
-                                  context_tokens=limits.window_tokens):
+                                  context_tokens=limits.context_tokens):
             if isinstance(item, str):
                 text.append(item)
                 if last and on_text:  # the answer: stream it as it comes
