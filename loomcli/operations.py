@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loomcli.config import Config
-from loomcli.errors import IndexMissingError, LoomError, QueryError
+from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
@@ -662,7 +662,12 @@ class Corpus:
         from loomcli import ask
 
         started = clock()
-        chosen = provider() if callable(provider) else provider
+        try:
+            chosen = provider() if callable(provider) else provider
+        except ConfigError:  # no model configured: fine while nothing matches
+            if self.prompt(question, top_k, mode, retrieve_with=retrieve_with) is None:
+                return ask.Answer("", [], [])
+            raise
         prompt = self.prompt(question, top_k, mode, provider=chosen, clock=clock,
                              retrieve_with=retrieve_with, recalled=recalled)
         for warning in prompt.warnings if prompt and on_warning else ():
