@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 # Defaults and limits of every edge.
 SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
 GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
+FAILURES_SHOWN = 200  # failed files listed by `failures()` (the count in status is whole)
 GREP_CONTEXT_MAX = 50
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
@@ -155,6 +156,18 @@ class TextRange:
     length: int
     content_len: int
     content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PageStarts:
+    """Where each page of a paged text (PDF, slides, chapters) starts, in bytes."""
+    path: str
+    title: str
+    content_len: int
+    pages: list[int] | None  # None: the text has no pages
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -438,6 +451,19 @@ class Corpus:
         count = _int("length", length, None, 0)
         with self.store() as store:
             return read_range(store, check_index_path(path), start, count)
+
+    def pages(self, path: Any) -> PageStarts:
+        with self.store() as store:
+            row = store.resolve(check_index_path(path))
+            return PageStarts(store.display_path(row.root_id, row.relpath), row.title,
+                              row.content_len, store.pages(row.id))
+
+    def failures(self) -> list[dict[str, str]]:
+        """The files that failed to extract and why (at most FAILURES_SHOWN)."""
+        if not self.index_path.exists():
+            return []
+        with self.store() as store:
+            return store.failures(FAILURES_SHOWN)
 
     def files(self) -> FileList:
         with self.store() as store:

@@ -681,6 +681,12 @@ class Store:
                 blob.seek(start)
                 yield start, line, blob.read((size if end is None else end) - start)
 
+    def failures(self, limit: int) -> list[dict[str, str]]:
+        """The files whose last extraction failed, with the reason, in path order."""
+        return [{"path": self.display_path(r[0], r[1]), "error": r[2]} for r in self.conn.execute(
+            "SELECT root_id, relpath, error FROM files WHERE error IS NOT NULL "
+            "ORDER BY root_id, relpath LIMIT ?", (limit,))]
+
     def status(self) -> dict[str, object]:
         c = self.conn
         counts = dict(c.execute(
