@@ -317,16 +317,18 @@ class Corpus:
     # -- reading ------------------------------------------------------------------------
 
     def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
-               mode: Any = None) -> SearchResult:
+               mode: Any = None, prefix: Any = False) -> SearchResult:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
         mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
-        hybrid."""
+        hybrid. prefix: the query is being typed — its last word matches the words it
+        starts (BM25; the web page's search as you type)."""
         query = _text("query", query, required=False)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
         chosen = self._mode(mode)
         with self.store() as store:
-            found, warnings, query_vector = self._rank(store, query, n, chosen)
+            found, warnings, query_vector = self._rank(store, query, n, chosen,
+                                                       prefix=_bool("prefix", prefix))
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how)
                     for h, how in found]
             if chars:
@@ -357,8 +359,8 @@ class Corpus:
                              "then loom scan")
         return chosen
 
-    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto"
-              ) -> tuple[list[tuple[Hit, str]], list[str], Any]:
+    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto",
+              prefix: bool = False) -> tuple[list[tuple[Hit, str]], list[str], Any]:
         """(hit, how it matched) best first, warnings, and the query's vector (or None).
         A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
         how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
@@ -370,7 +372,7 @@ class Corpus:
             if operator != "OR" and len(query_words(words)) > QUESTION_WORDS:
                 operator = "OR"  # a question: its content words, any of them (README)
             return ([(h, "bm25") for h in store.search(
-                words if operator == "OR" else query, n, operator)], [], None)
+                words if operator == "OR" else query, n, operator, prefix)], [], None)
         from loomcli import semantic  # only searches by meaning need it
 
         warnings: list[str] = []

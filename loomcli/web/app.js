@@ -1,7 +1,7 @@
 // loom's web page: search, read, grep, ask and status over the JSON API of `loom serve`.
 // No framework, no build step. Document text is only ever inserted as text nodes
 // (textContent, createTextNode): the page's CSP turns on Trusted Types, so even an
-// accidental innerHTML would throw instead of running a note's markup.
+// accidental assignment of HTML would throw instead of running a note's markup.
 "use strict";
 
 const TOKEN_KEY = "loom-token";
@@ -370,7 +370,7 @@ views.search = (() => {
         count.textContent = "";
         shown = query;
       } else {
-        const result = await callJSON("POST", "/search", { query, limit: 20 });
+        const result = await callJSON("POST", "/search", { query, limit: 20, prefix: true, excerpt_chars: 0 });
         if (mine === seq && queued === null) show(query, result);
       }
     } catch (error) {
@@ -454,9 +454,10 @@ views.grep = (() => {
     for (const b of m.before || []) lines.append(el("span", { class: "ctx" }, `${b}\n`));
     lines.append(highlighted(m.text, re));
     for (const a of m.after || []) lines.append(el("span", { class: "ctx" }, `\n${a}`));
-    return el("li", {}, navLink("/file", { path: m.path, offset: m.offset, pattern,
-                                           case: caseSensitive ? "1" : "" },
-      el("span", { class: "meta" }, ...where.map((w) => el("span", {}, w))), lines));
+    const link = navLink("/file", { path: m.path, offset: m.offset, pattern, case: caseSensitive ? "1" : "" },
+      el("span", { class: "meta" }, ...where.map((w) => el("span", {}, w))), lines);
+    link.classList.add("match");
+    return el("li", {}, link);
   }
 
   async function run(params) {
