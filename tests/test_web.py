@@ -279,6 +279,19 @@ def test_serve_open_starts_the_default_browser_at_the_page(scanned_notes, tmp_pa
         s.stop()
 
 
+def test_search_as_you_type_takes_the_last_word_as_a_prefix(scanned_notes):
+    from loomcli.operations import Corpus
+    from loomcli.store import quote_fts
+
+    assert quote_fts("warp tens", "AND", prefix=True) == '"warp" AND "tens"*'
+    assert quote_fts("warp tens ", "AND", prefix=True) == '"warp" AND "tens"'  # word ended
+    assert quote_fts("warp te", "AND", prefix=True) == '"warp" AND "te"'  # too short
+    corpus = Corpus.default()
+    assert corpus.search("Jacqu").hits == []
+    assert {h.path for h in corpus.search("Jacqu", prefix=True).hits} == {
+        "manuals/field-guide.pdf", "projects/loom-controller.md"}
+
+
 # -- in the browser ----------------------------------------------------------------------------
 
 def long_note(notes: Path) -> Path:
