@@ -464,6 +464,7 @@ def test_a_deep_link_to_ask_fills_the_box_and_calls_nothing(serve, scanned_notes
         page = tab.goto("/ask?q=what+does+madder+give%3F")
         expect(page.locator("#question")).to_have_value("what does madder give?")
         expect(page.locator("#question")).to_be_focused()
+        expect(page.locator("#ask-follow")).to_be_hidden()  # no conversation to continue yet
         page.wait_for_load_state("networkidle")
         assert tab.posts("/ask") == [] and llm.requests == []
         # The button is what asks (so the check above could have failed).

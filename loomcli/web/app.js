@@ -639,7 +639,9 @@ views.file = (() => {
     if (!target || Number(target.dataset.offset) > offset + 64) target = caretAt(offset);
     if (!target) return;
     if (target.tagName === "MARK") target.classList.add("current");
-    target.scrollIntoView({ block: "center" });
+    // Scroll the text box only (scrollIntoView would scroll the page and hide the header).
+    box.scrollTop += target.getBoundingClientRect().top - box.getBoundingClientRect().top -
+      box.clientHeight / 2;
     const page = pageOf(doc.pages, offset);
     $("file-page").textContent = page ? `page ${page} of ${doc.pages.length}` : "";
   }
