@@ -557,13 +557,15 @@ def serve(
     processes: Annotated[int | None, typer.Option(
         "--processes", min=1, max=64, help="Server processes sharing the port (default: "
         "one per core, at most 4).", show_default=False)] = None,
+    open_page: Annotated[bool, typer.Option(
+        "--open", help="Open the web page in the default browser.")] = False,
 ) -> None:
-    """Serve loom's operations as JSON over HTTP."""
+    """Serve loom's operations as JSON over HTTP, and a web page at /."""
     from loomcli import config, http_server
 
     _corpus()  # a broken config fails here, at start; its warnings are shown once
     http_server.serve(lambda: config.load(State.config_override), host, port, corpus_root,
-                      processes)
+                      processes, open_page=open_page)
 
 
 @app.command()

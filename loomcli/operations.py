@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # Defaults and limits of every edge.
 SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
 GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
+FAILURES_SHOWN = 200  # failed files listed by `failures()` (the count in status is whole)
 GREP_CONTEXT_MAX = 50
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
@@ -163,6 +164,18 @@ class TextRange:
     length: int
     content_len: int
     content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PageStarts:
+    """Where each page of a paged text (PDF, slides, chapters) starts, in bytes."""
+    path: str
+    title: str
+    content_len: int
+    pages: list[int] | None  # None: the text has no pages
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -312,16 +325,18 @@ class Corpus:
     # -- reading ------------------------------------------------------------------------
 
     def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
-               mode: Any = None) -> SearchResult:
+               mode: Any = None, prefix: Any = False) -> SearchResult:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
         mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
-        hybrid."""
+        hybrid. prefix: the query is being typed — its last word matches the words it
+        starts (BM25; the web page's search as you type)."""
         query = _text("query", query, required=False)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
         chosen = self._mode(mode)
         with self.store() as store:
-            found, warnings, query_vector = self._rank(store, query, n, chosen)
+            found, warnings, query_vector = self._rank(store, query, n, chosen,
+                                                       prefix=_bool("prefix", prefix))
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how)
                     for h, how in found]
             if chars:
@@ -352,8 +367,8 @@ class Corpus:
                              "then loom scan")
         return chosen
 
-    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto"
-              ) -> tuple[list[tuple[Hit, str]], list[str], Any]:
+    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto",
+              prefix: bool = False) -> tuple[list[tuple[Hit, str]], list[str], Any]:
         """(hit, how it matched) best first, warnings, and the query's vector (or None).
         A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
         how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
@@ -365,7 +380,7 @@ class Corpus:
             if operator != "OR" and len(query_words(words)) > QUESTION_WORDS:
                 operator = "OR"  # a question: its content words, any of them (README)
             return ([(h, "bm25") for h in store.search(
-                words if operator == "OR" else query, n, operator)], [], None)
+                words if operator == "OR" else query, n, operator, prefix)], [], None)
         from loomcli import semantic  # only searches by meaning need it
 
         warnings: list[str] = []
@@ -446,6 +461,19 @@ class Corpus:
         count = _int("length", length, None, 0)
         with self.store() as store:
             return read_range(store, check_index_path(path), start, count)
+
+    def pages(self, path: Any) -> PageStarts:
+        with self.store() as store:
+            row = store.resolve(check_index_path(path))
+            return PageStarts(store.display_path(row.root_id, row.relpath), row.title,
+                              row.content_len, store.pages(row.id))
+
+    def failures(self) -> list[dict[str, str]]:
+        """The files that failed to extract and why (at most FAILURES_SHOWN)."""
+        if not self.index_path.exists():
+            return []
+        with self.store() as store:
+            return store.failures(FAILURES_SHOWN)
 
     def files(self) -> FileList:
         with self.store() as store:
