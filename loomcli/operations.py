@@ -26,7 +26,7 @@ from loomcli.errors import IndexMissingError, LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
-    from loomcli.grep import GrepResult
+    from loomcli.grep import GrepResult, Match
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
     from loomcli.store import FileInfo, Hit, Store
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
 GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
 GREP_CONTEXT_MAX = 50
+# The CLI's case rule when no flag is given: ignore case unless the pattern holds an
+# upper-case letter (ripgrep's -S). A lower-case pattern finds what loom 0.1 found; a
+# pattern typed with capitals (`TaskGroup`, `EINVAL`) means them, as in grep and ripgrep.
+GREP_CASE = "smart"
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
@@ -420,18 +424,54 @@ class Corpus:
         return char_spans(text, scored)
 
     def grep(self, pattern: Any, *, path: Any = None, globs: Any = None, context: Any = None,
-             case_sensitive: Any = False, limit: Any = None) -> GrepResult:
-        from loomcli.grep import grep
+             case_sensitive: Any = False, limit: Any = None, **options: Any) -> GrepResult:
+        """Matching lines, at most `limit` (GREP_LIMIT by default, GREP_LIMIT_MAX at most:
+        MCP and HTTP); `truncated` when cut. `options`: those of `grep_lines`."""
+        from loomcli.grep import GrepResult
 
-        pattern = _text("pattern", pattern)
+        n = _int("limit", limit, GREP_LIMIT, 1, GREP_LIMIT_MAX) or GREP_LIMIT
+        found: list[Match] = []
         with self.store() as store:
-            return grep(store, pattern,
-                        path=None if path is None else check_index_path(path),
-                        globs=_strings("glob", globs),
-                        context=_int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0,
-                        case_sensitive=_bool("case_sensitive", case_sensitive),
-                        limit=_int("limit", limit, GREP_LIMIT, 1, GREP_LIMIT_MAX)
-                        or GREP_LIMIT)
+            for m in self._grep(store, pattern, path=path, globs=globs, context=context,
+                                case_sensitive=case_sensitive, **options):
+                if len(found) == n:
+                    return GrepResult(found, truncated=True)
+                found.append(m)
+        return GrepResult(found, truncated=False)
+
+    def grep_lines(self, pattern: Any, *, path: Any = None, globs: Any = None,
+                   context: Any = None, case: Any = None, fixed: Any = False,
+                   word: Any = False, before: Any = None, after: Any = None,
+                   max_count: Any = None, every: Any = False) -> Iterator[Match]:
+        """Every matching line, as found, without a limit (the CLI: a pipe gets all of
+        them, and a reader that stops stops the search). ripgrep's options: `case`
+        smart | ignore | sensitive (default GREP_CASE), `fixed` (-F), `word` (-w),
+        `before`/`after` (-B/-A, default `context`), `max_count` lines per file (-m),
+        `every`: each match's line also lists all its matches (-o, colour)."""
+        with self.store() as store:
+            yield from self._grep(store, pattern, path=path, globs=globs, context=context,
+                                  case=GREP_CASE if case is None else case, fixed=fixed,
+                                  word=word, before=before, after=after,
+                                  max_count=max_count, every=every)
+
+    def _grep(self, store: Store, pattern: Any, *, path: Any, globs: Any, context: Any,
+              case_sensitive: Any = False, case: Any = None, fixed: Any = False,
+              word: Any = False, before: Any = None, after: Any = None,
+              max_count: Any = None, every: Any = False) -> Iterator[Match]:
+        from loomcli.grep import CASES, matches
+
+        if case is not None and case not in CASES:
+            raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
+        n_context = _int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0
+        return matches(
+            store, _text("pattern", pattern),
+            path=None if path is None else check_index_path(path),
+            globs=_strings("glob", globs), context=n_context,
+            case_sensitive=_bool("case_sensitive", case_sensitive), case=case,
+            fixed=_bool("fixed", fixed), word=_bool("word", word),
+            before=_int("before", before, None, 0, GREP_CONTEXT_MAX),
+            after=_int("after", after, None, 0, GREP_CONTEXT_MAX),
+            max_count=_int("max_count", max_count, None, 1), every=_bool("every", every))
 
     def get(self, path: Any, offset: Any = 0, length: Any = None) -> TextRange:
         start = _int("offset", offset, 0, 0) or 0

@@ -217,8 +217,12 @@ def test_init_writes_a_valid_starting_config(loom_home, notes):
 
 @pytest.mark.parametrize("args,message", [
     (["grep"], "loom: Missing argument 'pattern' — try loom grep --help\n"),
-    (["grep", "x", "--limit", "many"], "loom: Invalid value for '--limit' / '-n': 'many' is "
-     "not a valid int — try loom grep --help\n"),
+    (["grep", "x", "--max-count", "many"], "loom: Invalid value for '--max-count' / '-m': "
+     "'many' is not a valid int — try loom grep --help\n"),
+    (["grep", "x", "--color", "blue"], "loom: Invalid value for '--color': 'blue' is not one "
+     "of auto, always, never — try loom grep --help\n"),
+    (["grep", "x", "-l", "-c"], "loom: -l and -c cannot be used together — choose one\n"),
+    (["search", "x", "-n", "3"], "loom: No such option: -n — try loom search --help\n"),
     (["serch", "x"],
      "loom: No such command 'serch'. Did you mean 'search', 'serve'? — try loom --help\n"),
     (["search", "x", "--bogus"],
