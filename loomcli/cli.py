@@ -257,7 +257,8 @@ def search(
         for h in result.hits:
             _out(f"{_shown(h.path)}  [{h.score:.2f}]  {h.title}")
             if h.snippet:
-                _out(f"    {_highlight(h.snippet)}")
+                page = f"p{h.page}: " if h.page is not None else ""  # where in the PDF
+                _out(f"    {page}{_highlight(h.snippet)}")
         if not result.hits:
             _err("no matches")
     raise typer.Exit(0 if result.hits else 1)

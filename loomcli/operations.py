@@ -126,6 +126,7 @@ class SearchHit:
     match: str = "bm25"  # "bm25" | "semantic" | "both"
     content: str | None = None  # whole text, or head + best passage (excerpt_chars)
     truncated: bool = False
+    page: int | None = None  # a PDF's page where the snippet is
 
     def to_dict(self) -> dict[str, Any]:
         from loomcli.store import plain_snippet
@@ -133,7 +134,8 @@ class SearchHit:
         out: dict[str, Any] = {"path": self.path, "title": self.title,
                                "score": round(self.score, 4),
                                "snippet": plain_snippet(self.snippet),
-                               "content_len": self.content_len, "match": self.match}
+                               "content_len": self.content_len, "match": self.match,
+                               "page": self.page}
         if self.content is not None:
             out["content"] = self.content
             out["truncated"] = self.truncated
@@ -318,8 +320,8 @@ class Corpus:
         chosen = self._mode(mode)
         with self.store() as store:
             found, warnings, query_vector = self._rank(store, query, n, chosen)
-            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how)
-                    for h, how in found]
+            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
+                              page=h.page) for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
 

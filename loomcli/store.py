@@ -13,6 +13,7 @@ import os
 import re
 import sqlite3
 import time
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ class Hit:
     snippet: str
     file_id: int
     content_len: int  # bytes of the whole extracted text
+    page: int | None = None  # a PDF's page where the snippet is (from 1)
 
 
 @dataclass
@@ -134,10 +136,16 @@ def query_words(query: str) -> list[str]:
 
 
 def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str:
-    """About `tokens` words around the first place a query word starts a word, the
-    matching words marked; the text's start when none is found. Works on a bounded
-    prefix of the text (SNIPPET_SCAN_BYTES), so a huge note costs no more than a small
-    one. Words match by prefix (a crude stand-in for the index's Porter stemming)."""
+    return snippet_at(text, words, tokens)[0]
+
+
+def snippet_at(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> tuple[str, int]:
+    """The snippet and the character of `text` it is about: the first query word, else
+    where it starts (for a PDF's page). About `tokens` words around the first place a
+    query word starts a word, the matching words marked; the text's start when none is
+    found. Works on a bounded prefix of the text (SNIPPET_SCAN_BYTES), so a huge note
+    costs no more than a small one. Words match by prefix (a crude stand-in for the
+    index's Porter stemming)."""
     stems = sorted({w.casefold()[:SNIPPET_STEM] for w in _WORDS.findall(" ".join(words))},
                    key=len, reverse=True)
     found = None
@@ -148,7 +156,7 @@ def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str
         text, max(0, found.start() - 400) if found else 0,
         (found.start() + 2000) if found else 2000)]
     if not spans:
-        return ""
+        return "", 0
     first = 0
     if found:
         first = next(i for i, (a, b) in enumerate(spans) if b > found.start())
@@ -163,7 +171,7 @@ def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str
     joined = " ".join("".join(raw).split())
     lead = "…" if chosen[0][0] > 0 else ""
     tail = "…" if chosen[-1][1] < len(text.rstrip()) else ""
-    return lead + joined + tail
+    return lead + joined + tail, found.start() if found else chosen[0][0]
 
 
 # 16 KB pages for a new index: texts are long rows, read whole by grep, and a row read
@@ -589,10 +597,12 @@ class Store:
             start = (near or {}).get(fid, 0)
             text = self.text_bytes(fid, start, NEAR_SNIPPET_BYTES if start else
                                    SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
-            snippet = snippet_of(text, words)
+            snippet, at = snippet_at(text, words)
             if start and snippet and not snippet.startswith("…"):
                 snippet = "…" + snippet
-            out.append(Hit(path, title, score, snippet, fid, content_len))
+            pages = self.pages(fid)
+            page = (bisect_right(pages, start + utf8_len(text[:at])) if pages else None)
+            out.append(Hit(path, title, score, snippet, fid, content_len, page))
         return out
 
     def list_files(self) -> list[FileInfo]:

@@ -440,3 +440,12 @@ def test_cli_grep_colour_heading_and_shapes(tmp_path, loom_home, monkeypatch):
     assert run("-o", "foo") == "a.md:1:4:foo\na.md:1:8:foo\n"
     assert run("-c", "o") == "a.md:2\n" and run("-l", "o") == "a.md\n"
     assert run("-n", "two") == "a.md:2:12:two\n"  # -n: line numbers, as always
+
+
+def test_search_hits_name_the_page_of_their_snippet(tmp_path):
+    pages = ["first page\n", "second page\nthe madder root\n", "third\n"]
+    offsets = [0, len(pages[0]), len(pages[0] + pages[1])]
+    store = make_store(tmp_path, {"doc.pdf": Extracted("".join(pages), "Doc", pages=offsets),
+                                  "note.md": "madder in a note\n"})
+    hits = {h.path: h for h in store.search("madder", 10)}
+    assert hits["doc.pdf"].page == 2 and hits["note.md"].page is None
