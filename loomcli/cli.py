@@ -206,6 +206,9 @@ def scan(
     rebuild: Annotated[bool, typer.Option(
         "--rebuild", help="Start a new index (the old one is kept as <index>.damaged).")
     ] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="List every failed and skipped file, known ones too.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Index folders of notes and PDFs (incremental)."""
@@ -220,8 +223,22 @@ def scan(
     if as_json:
         _print_json(report.to_dict())
     else:
+        known = [e for e in report.errors if e["path"] in report.known]
         for e in report.errors:
-            _err(f"failed: {_shown(e['path'])}: {e['error']}")
+            if verbose or e["path"] not in report.known:
+                _err(f"failed: {_shown(e['path'])}: {e['error']}")
+        if known and not verbose:
+            _err(f"{len(known)} file{'s' if len(known) > 1 else ''} failed before and "
+                 f"{'are' if len(known) > 1 else 'is'} unchanged — `loom status --failed` "
+                 "lists them")
+        new_skips = [e for e in report.skips if e["path"] not in report.known]
+        for e in report.skips if verbose else ():
+            _err(f"skipped: {_shown(e['path'])}: {e['reason']}")
+        if new_skips and not verbose:
+            first = new_skips[0]
+            _err(f"skipped {len(new_skips)} file{'s' if len(new_skips) > 1 else ''} with "
+                 f"no text to index (e.g. {_shown(first['path'])}: "
+                 f"{first['reason'].split(' — ')[0]}) — `loom status --skipped` lists them")
         if report.vectors and report.vectors["error"]:
             _err(f"warning: vectors not made ({report.vectors['error']}); the text is "
                  "indexed and the next scan tries again")
@@ -283,8 +300,24 @@ def files_cmd(
 
 
 @app.command()
-def status(as_json: JsonOpt = False) -> None:
+def status(
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="List the files that failed, with the reason.")] = False,
+    skipped: Annotated[bool, typer.Option(
+        "--skipped", help="List the files skipped for holding no text, with the reason.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Show where config and index live, the roots, counts and the last scan."""
+    if failed or skipped:
+        corpus = _corpus()
+        key, field = ("errors", "error") if failed else ("skips", "reason")
+        rows = corpus.problems("failed" if failed else "skipped")
+        if as_json:
+            _print_json({key: [{"path": p, field: why} for p, why in rows]})
+        for p, why in rows if not as_json else ():
+            _out(f"{_shown(p)}: {why}")
+        return
     st = _corpus().status()
     data = st.to_dict()
     if as_json:
@@ -296,7 +329,8 @@ def status(as_json: JsonOpt = False) -> None:
         _out(f"root:   {r['name']} = {r['path']}")
     _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs, "
          f"{data['documents']} other documents), "
-               f"{data['failed']} failed, {data['text_bytes'] / 1e6:.1f} MB of text")
+               f"{data['failed']} failed, {data['skipped']} skipped (no text), "
+         f"{data['text_bytes'] / 1e6:.1f} MB of text")
     _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
     v = data["vectors"]
     if v["enabled"] or v["files"] or v["stale"]:
@@ -314,20 +348,23 @@ def status(as_json: JsonOpt = False) -> None:
         rep = last["report"] or {}
         _out(f"last scan: {when}: added {rep.get('added', 0)}, updated "
                    f"{rep.get('updated', 0)}, moved {rep.get('moved', 0)}, removed "
-                   f"{rep.get('removed', 0)}, failed {rep.get('failed', 0)}")
+                   f"{rep.get('removed', 0)}, skipped {rep.get('skipped', 0)}, failed "
+                   f"{rep.get('failed', 0)}")
     elif not data["roots"]:
         _out("no index yet: run `loom scan DIR`")
 
 
 @app.command()
 def get(
-    path: Annotated[str, typer.Argument(help="A path as `loom files` shows it.")],
+    path: Annotated[str, typer.Argument(help="A path as `loom files` shows it, or the "
+                                        "file's path on disk.")],
     offset: Annotated[int, typer.Option("--offset", help="Start byte.")] = 0,
     length: Annotated[int | None, typer.Option("--length", help="Bytes to read.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a file's extracted text, or a byte range of it."""
-    got = _corpus().get(path, offset, length)
+    corpus = _corpus()
+    got = corpus.get(corpus.index_path_of(path), offset, length)
     if as_json:
         _print_json(got.to_dict())
     else:
@@ -434,6 +471,9 @@ def grep(
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="Stop after N matching lines in all (default: no limit).",
         show_default=False)] = None,
+    here: Annotated[bool, typer.Option(
+        "--here", help="Only files under the current folder (inside an indexed one).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find exact strings and patterns (RE2), ripgrep's flags: path, line, byte offset of
@@ -453,11 +493,14 @@ def grep(
     painted = _color(color)
     if mode != "lines":
         before = after = context = None  # ripgrep prints no context with -l, -c, -o
-    lines = _corpus().grep_lines(
-        pattern, path=path, globs=glob, context=context, case=ctx.meta.get("loom_case"),
+    corpus = _corpus()
+    lines = corpus.grep_lines(
+        pattern, path=None if path is None else corpus.index_path_of(path), globs=glob,
+        context=context, case=ctx.meta.get("loom_case"),
         fixed=fixed, word=word, before=before, after=after,
         max_count=1 if files_with_matches else max_count,
-        every=only_matching or (painted and mode == "lines"))
+        every=only_matching or (painted and mode == "lines"),
+        within=Path.cwd() if here else None)
     found = 0
     if as_json:
         matches, truncated = [], False

@@ -348,13 +348,14 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
             globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
             case: str | None = None, fixed: bool = False, word: bool = False,
             before: int | None = None, after: int | None = None,
-            max_count: int | None = None, every: bool = False, indexed: bool = True
-            ) -> Iterator[Match]:
+            max_count: int | None = None, every: bool = False, indexed: bool = True,
+            within: list[int] | None = None) -> Iterator[Match]:
     """Matching lines in path order, as they are found (a reader that stops early stops
     the search). `case` (smart | ignore | sensitive) wins over `case_sensitive`; `fixed`,
     `word`: grep's -F, -w; `before`/`after` lines of context (default `context`);
     `max_count`: at most this many lines per file (-m); `every`: fill each match's
-    `parts` and `marks` with all the matches of its line (-o, colour).
+    `parts` and `marks` with all the matches of its line (-o, colour); `within`: only
+    these file ids (a folder: --here).
 
     With `indexed`, the trigram index narrows the files first to those holding every
     trigram a match needs (trigrams.query_for); RE2 verifies them, so the answer is the
@@ -373,6 +374,9 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
         file_ids = [store.resolve(path).id]
     elif glob_patterns:
         file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
+    if within is not None:
+        inside = set(within)
+        file_ids = [fid for fid in (within if file_ids is None else file_ids) if fid in inside]
     match = query_for(compiled.text) if indexed and path is None else None
     holding: dict[int, set[int]] | None = None
     if match:

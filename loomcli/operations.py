@@ -444,22 +444,61 @@ class Corpus:
     def grep_lines(self, pattern: Any, *, path: Any = None, globs: Any = None,
                    context: Any = None, case: Any = None, fixed: Any = False,
                    word: Any = False, before: Any = None, after: Any = None,
-                   max_count: Any = None, every: Any = False) -> Iterator[Match]:
+                   max_count: Any = None, every: Any = False,
+                   within: Path | None = None) -> Iterator[Match]:
         """Every matching line, as found, without a limit (the CLI: a pipe gets all of
         them, and a reader that stops stops the search). ripgrep's options: `case`
         smart | ignore | sensitive (default GREP_CASE), `fixed` (-F), `word` (-w),
         `before`/`after` (-B/-A, default `context`), `max_count` lines per file (-m),
-        `every`: each match's line also lists all its matches (-o, colour)."""
+        `every`: each match's line also lists all its matches (-o, colour); `within`: a
+        folder on disk inside an indexed root (--here): only the files under it."""
         with self.store() as store:
+            ids = None if within is None else self._ids_within(store, within)
             yield from self._grep(store, pattern, path=path, globs=globs, context=context,
                                   case=GREP_CASE if case is None else case, fixed=fixed,
                                   word=word, before=before, after=after,
-                                  max_count=max_count, every=every)
+                                  max_count=max_count, every=every, within=ids)
+
+    @staticmethod
+    def _ids_within(store: Store, folder: Path) -> list[int]:
+        found = store.on_disk(folder)
+        if found is None:
+            from loomcli.errors import RootError
+
+            names = ", ".join(r.path for r in store.roots()) or "none"
+            raise RootError(f"{folder} is not inside an indexed folder",
+                            f"cd into one of them, or drop --here (indexed: {names})")
+        return store.ids_under(*found)
+
+    def index_path_of(self, path: str) -> str:
+        """A path as the index shows it: a path on disk (absolute, or relative to the
+        working directory) inside an indexed root becomes its index path; any other
+        text is returned as it is (an index path). For the CLI: MCP and HTTP take index
+        paths only."""
+        import os
+
+        looks_on_disk = (os.path.isabs(os.path.expanduser(path)) or path.startswith(("./", "../"))
+                         or path in (".", "..") or os.path.exists(path))
+        if not looks_on_disk or not self.index_path.exists():
+            return path
+        with self.store() as store:
+            found = store.on_disk(path)
+            if found is None:
+                if os.path.isabs(os.path.expanduser(path)) or path.startswith("../"):
+                    from loomcli.errors import IndexMissingError
+
+                    names = ", ".join(r.path for r in store.roots()) or "none"
+                    raise IndexMissingError(f"{path} is not inside an indexed folder",
+                                            f"indexed folders: {names}")
+                return path
+            root, rel = found
+            return store.display_path(root.id, rel) if rel else (root.prefix or ".")
 
     def _grep(self, store: Store, pattern: Any, *, path: Any, globs: Any, context: Any,
               case_sensitive: Any = False, case: Any = None, fixed: Any = False,
               word: Any = False, before: Any = None, after: Any = None,
-              max_count: Any = None, every: Any = False) -> Iterator[Match]:
+              max_count: Any = None, every: Any = False, within: list[int] | None = None
+              ) -> Iterator[Match]:
         from loomcli.grep import CASES, matches
 
         if case is not None and case not in CASES:
@@ -473,7 +512,8 @@ class Corpus:
             fixed=_bool("fixed", fixed), word=_bool("word", word),
             before=_int("before", before, None, 0, GREP_CONTEXT_MAX),
             after=_int("after", after, None, 0, GREP_CONTEXT_MAX),
-            max_count=_int("max_count", max_count, None, 1), every=_bool("every", every))
+            max_count=_int("max_count", max_count, None, 1), every=_bool("every", every),
+            within=within)
 
     def get(self, path: Any, offset: Any = 0, length: Any = None) -> TextRange:
         start = _int("offset", offset, 0, 0) or 0
@@ -499,10 +539,17 @@ class Corpus:
                 out.counts["vectors"] = self._vector_status(store)
         else:
             out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "documents": 0,
-                          "failed": 0,
+                          "failed": 0, "skipped": 0,
                           "text_bytes": 0, "index_bytes": 0, "last_scan": None,
                           "vectors": self._vector_status(None)}
         return out
+
+    def problems(self, kind: str) -> list[tuple[str, str]]:
+        """(path, reason) of the files that `failed` or were `skipped` (no text)."""
+        if kind not in ("failed", "skipped"):
+            raise QueryError(f"kind must be failed or skipped, got {_show(kind)}")
+        with self.store() as store:
+            return store.problems(kind)
 
     def _vector_status(self, store: Store | None) -> dict[str, Any]:
         """Which model the config names, how many files have its vectors, how many still
