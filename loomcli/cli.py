@@ -206,6 +206,9 @@ def scan(
     rebuild: Annotated[bool, typer.Option(
         "--rebuild", help="Start a new index (the old one is kept as <index>.damaged).")
     ] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="List every failed and skipped file, known ones too.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Index folders of notes and PDFs (incremental)."""
@@ -220,8 +223,22 @@ def scan(
     if as_json:
         _print_json(report.to_dict())
     else:
+        known = [e for e in report.errors if e["path"] in report.known]
         for e in report.errors:
-            _err(f"failed: {_shown(e['path'])}: {e['error']}")
+            if verbose or e["path"] not in report.known:
+                _err(f"failed: {_shown(e['path'])}: {e['error']}")
+        if known and not verbose:
+            _err(f"{len(known)} file{'s' if len(known) > 1 else ''} failed before and "
+                 f"{'are' if len(known) > 1 else 'is'} unchanged — `loom status --failed` "
+                 "lists them")
+        new_skips = [e for e in report.skips if e["path"] not in report.known]
+        for e in report.skips if verbose else ():
+            _err(f"skipped: {_shown(e['path'])}: {e['reason']}")
+        if new_skips and not verbose:
+            first = new_skips[0]
+            _err(f"skipped {len(new_skips)} file{'s' if len(new_skips) > 1 else ''} with "
+                 f"no text to index (e.g. {_shown(first['path'])}: "
+                 f"{first['reason'].split(' — ')[0]}) — `loom status --skipped` lists them")
         if report.vectors and report.vectors["error"]:
             _err(f"warning: vectors not made ({report.vectors['error']}); the text is "
                  "indexed and the next scan tries again")
@@ -242,7 +259,7 @@ def forget(
 def search(
     query: Annotated[list[str], typer.Argument(help="Words to look for (any text).")],
     limit: Annotated[int | None, typer.Option(
-        "--limit", "-n", help="Most hits to show (default 10, at most 500).",
+        "--limit", help="Most hits to show (default 10, at most 500).",
         show_default=False)] = None,
     mode: ModeOpt = None,
     as_json: JsonOpt = False,
@@ -257,7 +274,8 @@ def search(
         for h in result.hits:
             _out(f"{_shown(h.path)}  [{h.score:.2f}]  {h.title}")
             if h.snippet:
-                _out(f"    {_highlight(h.snippet)}")
+                page = f"p{h.page}: " if h.page is not None else ""  # where in the PDF
+                _out(f"    {page}{_highlight(h.snippet)}")
         if not result.hits:
             _err("no matches")
     raise typer.Exit(0 if result.hits else 1)
@@ -282,8 +300,24 @@ def files_cmd(
 
 
 @app.command()
-def status(as_json: JsonOpt = False) -> None:
+def status(
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="List the files that failed, with the reason.")] = False,
+    skipped: Annotated[bool, typer.Option(
+        "--skipped", help="List the files skipped for holding no text, with the reason.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Show where config and index live, the roots, counts and the last scan."""
+    if failed or skipped:
+        corpus = _corpus()
+        key, field = ("errors", "error") if failed else ("skips", "reason")
+        rows = corpus.problems("failed" if failed else "skipped")
+        if as_json:
+            _print_json({key: [{"path": p, field: why} for p, why in rows]})
+        for p, why in rows if not as_json else ():
+            _out(f"{_shown(p)}: {why}")
+        return
     st = _corpus().status()
     data = st.to_dict()
     if as_json:
@@ -295,7 +329,8 @@ def status(as_json: JsonOpt = False) -> None:
         _out(f"root:   {r['name']} = {r['path']}")
     _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs, "
          f"{data['documents']} other documents), "
-               f"{data['failed']} failed, {data['text_bytes'] / 1e6:.1f} MB of text")
+               f"{data['failed']} failed, {data['skipped']} skipped (no text), "
+         f"{data['text_bytes'] / 1e6:.1f} MB of text")
     _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
     v = data["vectors"]
     if v["enabled"] or v["files"] or v["stale"]:
@@ -313,20 +348,23 @@ def status(as_json: JsonOpt = False) -> None:
         rep = last["report"] or {}
         _out(f"last scan: {when}: added {rep.get('added', 0)}, updated "
                    f"{rep.get('updated', 0)}, moved {rep.get('moved', 0)}, removed "
-                   f"{rep.get('removed', 0)}, failed {rep.get('failed', 0)}")
+                   f"{rep.get('removed', 0)}, skipped {rep.get('skipped', 0)}, failed "
+                   f"{rep.get('failed', 0)}")
     elif not data["roots"]:
         _out("no index yet: run `loom scan DIR`")
 
 
 @app.command()
 def get(
-    path: Annotated[str, typer.Argument(help="A path as `loom files` shows it.")],
+    path: Annotated[str, typer.Argument(help="A path as `loom files` shows it, or the "
+                                        "file's path on disk.")],
     offset: Annotated[int, typer.Option("--offset", help="Start byte.")] = 0,
     length: Annotated[int | None, typer.Option("--length", help="Bytes to read.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a file's extracted text, or a byte range of it."""
-    got = _corpus().get(path, offset, length)
+    corpus = _corpus()
+    got = corpus.get(corpus.index_path_of(path), offset, length)
     if as_json:
         _print_json(got.to_dict())
     else:
@@ -334,45 +372,162 @@ def get(
         _out(got.content, end="\n" if newline else "")
 
 
+def _case_flag(case: str) -> Any:
+    """-i, -s and -S: the last one given wins, as in ripgrep (click runs the callbacks of
+    the options given in command-line order)."""
+    def record(ctx: typer.Context, value: bool) -> bool:
+        if value:
+            ctx.meta["loom_case"] = case
+        return value
+    return record
+
+
+def _color(when: str) -> bool:
+    if when == "always":
+        return True
+    if when == "never":
+        return False
+    return (sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+            and os.environ.get("TERM") != "dumb")
+
+
+class _Lines:
+    """stdout for many lines: buffered (a line per write call costs a system call each),
+    flushed at the end and on a terminal as it goes; a closed pipe stops the command."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+
+    def __call__(self, line: str) -> None:
+        try:
+            sys.stdout.write(line + "\n")
+            if self.tty:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            raise _StdoutClosed from None
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise _StdoutClosed from None
+
+
 @app.command()
 def grep(
-    pattern: Annotated[str, typer.Argument(help="An RE2 regular expression.")],
-    path: Annotated[str | None, typer.Option("--path", help="Search only this file.")
-                    ] = None,
+    ctx: typer.Context,
+    pattern: Annotated[str, typer.Argument(help="An RE2 regular expression (with -F, a "
+                                           "plain string).")],
+    path: Annotated[str | None, typer.Option(
+        "--path", help="Search only this file (as `loom files` shows it, or its path on "
+        "disk).")] = None,
     glob: Annotated[list[str] | None, typer.Option(
         "--glob", "-g", help="Only files whose path matches (gitignore-style glob; "
         "!GLOB excludes). Repeatable.")] = None,
-    context: Annotated[int, typer.Option("--context", "-C",
-                                         help="Lines of context around each match (at most "
-                                         "50).")] = 0,
+    ignore_case: Annotated[bool, typer.Option(
+        "--ignore-case", "-i", callback=_case_flag("ignore"),
+        help="Ignore case.")] = False,
     case_sensitive: Annotated[bool, typer.Option(
-        "--case-sensitive", "-s", help="Match case exactly (default: ignore case).")] = False,
-    limit: Annotated[int | None, typer.Option(
-        "--limit", "-n", help="Most matching lines (default 50, at most 500).",
+        "--case-sensitive", "-s", callback=_case_flag("sensitive"),
+        help="Match case exactly.")] = False,
+    smart_case: Annotated[bool, typer.Option(
+        "--smart-case", "-S", callback=_case_flag("smart"),
+        help="Ignore case unless the pattern has an upper-case letter (the default).")
+    ] = False,
+    fixed: Annotated[bool, typer.Option(
+        "--fixed-strings", "-F", help="The pattern is a plain string, not a regex.")
+    ] = False,
+    word: Annotated[bool, typer.Option(
+        "--word-regexp", "-w", help="Only matches that are whole words.")] = False,
+    files_with_matches: Annotated[bool, typer.Option(
+        "--files-with-matches", "-l", help="Print only the paths of files with a match.")
+    ] = False,
+    count: Annotated[bool, typer.Option(
+        "--count", "-c", help="Print path:N, the matching lines of each file.")] = False,
+    only_matching: Annotated[bool, typer.Option(
+        "--only-matching", "-o", help="Print each match on its own line (its own offset).")
+    ] = False,
+    after: Annotated[int | None, typer.Option(
+        "--after-context", "-A", metavar="N", help="Lines after each match (at most 50).",
         show_default=False)] = None,
+    before: Annotated[int | None, typer.Option(
+        "--before-context", "-B", metavar="N", help="Lines before each match (at most 50).",
+        show_default=False)] = None,
+    context: Annotated[int | None, typer.Option(
+        "--context", "-C", metavar="N", help="Lines before and after each match (at most "
+        "50).", show_default=False)] = None,
+    max_count: Annotated[int | None, typer.Option(
+        "--max-count", "-m", metavar="N", help="At most N matching lines per file.",
+        show_default=False)] = None,
+    color: Annotated[str, typer.Option(
+        "--color", metavar="WHEN", help="auto (on a terminal, unless NO_COLOR is set) | "
+        "always | never.")] = "auto",
+    heading: Annotated[bool | None, typer.Option(
+        "--heading/--no-heading", help="Each file's path on a line above its matches "
+        "(default: on a terminal).", show_default=False)] = None,
+    line_number: Annotated[bool, typer.Option(
+        "--line-number", "-n", help="Show line numbers (always on; for muscle memory).")
+    ] = False,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", min=1, help="Stop after N matching lines in all (default: no limit).",
+        show_default=False)] = None,
+    here: Annotated[bool, typer.Option(
+        "--here", help="Only files under the current folder (inside an indexed one).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Find exact strings and patterns (RE2): path, line, byte offset, page."""
-    result = _corpus().grep(pattern, path=path, globs=glob, context=context,
-                            case_sensitive=case_sensitive, limit=limit)
+    """Find exact strings and patterns (RE2), ripgrep's flags: path, line, byte offset of
+    the match, page."""
+    from loomcli.grep_printer import Printer
+
+    if color not in ("auto", "always", "never"):
+        raise typer.BadParameter(f"{color!r} is not one of auto, always, never",
+                                 param_hint="'--color'")
+    shapes = [flag for flag, on in (("-l", files_with_matches), ("-c", count),
+                                    ("-o", only_matching)) if on]
+    if len(shapes) > 1 or (shapes and as_json):
+        both = " and ".join(shapes + (["--json"] if as_json else []))
+        raise LoomError(f"{both} cannot be used together", "choose one")
+    mode = ("files" if files_with_matches else "count" if count
+            else "only" if only_matching else "lines")
+    painted = _color(color)
+    if mode != "lines":
+        before = after = context = None  # ripgrep prints no context with -l, -c, -o
+    corpus = _corpus()
+    lines = corpus.grep_lines(
+        pattern, path=None if path is None else corpus.index_path_of(path), globs=glob,
+        context=context, case=ctx.meta.get("loom_case"),
+        fixed=fixed, word=word, before=before, after=after,
+        max_count=1 if files_with_matches else max_count,
+        every=only_matching or (painted and mode == "lines"),
+        within=Path.cwd() if here else None)
+    found = 0
     if as_json:
-        _print_json(result.to_dict())
-    else:
-        out = []
-        for m in result.matches:
-            first = m.line - len(m.before)
-            shown = _shown(m.path)
-            out += [f"{shown}-{first + i}-{line}" for i, line in enumerate(m.before)]
-            out.append(f"{shown}:{m.line}:{m.offset}:{m.text}")
-            out += [f"{shown}-{m.line + 1 + i}-{line}" for i, line in enumerate(m.after)]
-            if context:
-                out.append("--")
-        if out:
-            _out("\n".join(out[:-1] if context else out))
-        if result.truncated:
-            _err(f"stopped after {len(result.matches)} matching lines; use --limit "
-                 "(at most 500) or narrow with --path/--glob")
-    raise typer.Exit(0 if result.matches else 1)
+        matches, truncated = [], False
+        for m in lines:
+            if found == limit:
+                truncated = True
+                break
+            matches.append(m.to_dict())
+            found += 1
+        _print_json({"matches": matches, "truncated": truncated})
+        raise typer.Exit(0 if found else 1)
+    write = _Lines()
+    printer = Printer(write, mode=mode, color=painted,
+                      heading=sys.stdout.isatty() if heading is None else heading,
+                      context=bool(before or after or context), shown=_shown)
+    truncated = False
+    for m in lines:
+        if found == limit:
+            truncated = True
+            break
+        printer.add(m)
+        found += 1
+    printer.finish()
+    write.flush()
+    if truncated:
+        _err(f"stopped after {found} matching lines (--limit {limit})")
+    raise typer.Exit(0 if found else 1)
 
 
 AgentOpt = Annotated[bool | None, typer.Option(

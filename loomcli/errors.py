@@ -57,6 +57,11 @@ class ExtractionError(LoomError):
     """One file cannot be read or its text extracted; the scan records it and goes on."""
 
 
+class NoTextError(ExtractionError):
+    """A valid document that holds no text (an image-only PDF without OCR text): the scan
+    skips it with this reason instead of failing it."""
+
+
 class ProviderError(LoomError):
     """The LLM endpoint is unreachable or refused the request."""
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.errors import QueryError
-from loomcli.operations import GREP_LIMIT
 from loomcli.store import Store
 from loomcli.trigrams import query_for
 
@@ -25,6 +24,9 @@ RE2_MAX_MEM = 64 << 20
 LONG_LINE = 1000  # bytes: longer lines are trimmed around the match
 TRIM_BEFORE, TRIM_AFTER = 200, 400
 ELLIPSIS = "…"
+
+
+CASES = ("smart", "ignore", "sensitive")
 
 
 @dataclass
@@ -37,6 +39,10 @@ class Match:
     before: list[str] = field(default_factory=list)
     after: list[str] = field(default_factory=list)
     trimmed: bool = False
+    # With `every`: each match of the line as (byte offset, matched text), and where it
+    # lies in `text` as character spans (for -o and colour; not part of the JSON).
+    parts: list[tuple[int, str]] = field(default_factory=list, compare=False)
+    marks: list[tuple[int, int]] = field(default_factory=list, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "offset": self.offset,
@@ -108,6 +114,11 @@ def unicode_classes(pattern: str) -> str:
 
 
 def compile_pattern(pattern: str, case_sensitive: bool = False) -> Any:
+    """The RE2 regex of a pattern as written (line mode, Unicode classes)."""
+    return _compile(pattern, "(?m)" + unicode_classes(pattern), case_sensitive)
+
+
+def _compile(pattern: str, source: str, case_sensitive: bool) -> Any:
     import re2
 
     options = re2.Options()
@@ -115,7 +126,6 @@ def compile_pattern(pattern: str, case_sensitive: bool = False) -> Any:
     options.max_mem = RE2_MAX_MEM
     options.case_sensitive = case_sensitive
     try:
-        source = "(?m)" + unicode_classes(pattern)
         return re2.compile(source.encode("utf-8", "surrogatepass"), options)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
@@ -127,6 +137,78 @@ def compile_pattern(pattern: str, case_sensitive: bool = False) -> Any:
                          ) from None
     except UnicodeEncodeError as exc:
         raise QueryError(f"invalid pattern {pattern!r}: {exc.reason}") from None
+
+
+_META = frozenset("\\.^$*+?()[]{}|")
+
+
+def escape(text: str) -> str:
+    """A fixed string as an RE2 pattern matching exactly it (grep -F)."""
+    return "".join("\\" + ch if ch in _META else ch for ch in text)
+
+
+def has_uppercase(pattern: str) -> bool:
+    """Whether a pattern holds an upper-case literal letter, as ripgrep's smart case
+    reads it: escapes (\\W, \\S, \\p{Lu}, \\x41, \\PN) are not literals."""
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            d = pattern[i + 1]
+            if d == "Q":  # \\Q…\\E: all literal
+                end = pattern.find("\\E", i + 2)
+                end = n if end < 0 else end
+                if any(ch.isupper() for ch in pattern[i + 2:end]):
+                    return True
+                i = end + 2
+                continue
+            if d in "pPx" and pattern.startswith("{", i + 2):
+                close = pattern.find("}", i + 3)
+                i = n if close < 0 else close + 1
+                continue
+            i += 3 if d in "pP" else 2
+            continue
+        if c == "[" and pattern.startswith("[:", i):  # [[:Upper:]]-style names
+            close = pattern.find(":]", i + 2)
+            if close >= 0:
+                i = close + 2
+                continue
+        if c == "(" and pattern.startswith("(?P<", i):  # a group's name
+            close = pattern.find(">", i)
+            if close >= 0:
+                i = close + 1
+                continue
+        if c.isupper():
+            return True
+        i += 1
+    return False
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A compiled grep pattern: `group` is the part of a match that counts (1 for -w,
+    whose regex also consumes the non-word characters around the word)."""
+
+    text: str  # the pattern as RE2 syntax, before -w wraps it (for the trigram query)
+    regex: Any
+    group: int = 0
+
+
+def build(pattern: str, *, case: str = "ignore", fixed: bool = False, word: bool = False
+          ) -> Pattern:
+    """grep's pattern with ripgrep's options: case `smart` (ignore case unless the
+    pattern holds an upper-case letter), `ignore` or `sensitive`; -F; -w."""
+    if case not in CASES:
+        raise QueryError(f"case must be one of {', '.join(CASES)}, got {case!r}")
+    text = escape(pattern) if fixed else pattern
+    sensitive = case == "sensitive" or (case == "smart" and (
+        any(ch.isupper() for ch in pattern) if fixed else has_uppercase(pattern)))
+    body = unicode_classes(text)
+    if word:  # ripgrep's -w: the match with a non-word character or a line end around it
+        _compile(pattern, "(?m)" + body, sensitive)  # its errors as the user wrote it
+        return Pattern(text, _compile(pattern, f"(?m)(?:^|{_OUTSIDE['W']})({body})"
+                                               f"(?:{_OUTSIDE['W']}|$)", sensitive), 1)
+    return Pattern(text, _compile(pattern, "(?m)" + body, sensitive))
 
 
 def _selected(path: str, globs: list[Any]) -> bool:
@@ -142,10 +224,12 @@ def _selected(path: str, globs: list[Any]) -> bool:
     return all(p.negative for p in globs)
 
 
-def _trim(buf: bytes, start: int, end: int, focus: int, focus_end: int) -> tuple[str, bool]:
-    """Decode buf[start:end]; a long line keeps a window around [focus, focus_end)."""
+def _trim(buf: bytes, start: int, end: int, focus: int, focus_end: int
+          ) -> tuple[str, bool, int]:
+    """Decode buf[start:end]; a long line keeps a window around [focus, focus_end).
+    Also returns the byte where the shown text begins (after a leading `…`)."""
     if end - start <= LONG_LINE:
-        return buf[start:end].decode("utf-8", "replace"), False
+        return buf[start:end].decode("utf-8", "replace"), False, start
     lo = max(start, focus - TRIM_BEFORE)
     hi = min(end, max(focus_end, focus) + TRIM_AFTER, lo + LONG_LINE)  # a long match too
     while lo > start and (buf[lo] & 0xC0) == 0x80:
@@ -153,20 +237,21 @@ def _trim(buf: bytes, start: int, end: int, focus: int, focus_end: int) -> tuple
     while hi < end and (buf[hi] & 0xC0) == 0x80:
         hi += 1
     text = buf[lo:hi].decode("utf-8", "replace")
-    return (ELLIPSIS if lo > start else "") + text + (ELLIPSIS if hi < end else ""), True
+    return (ELLIPSIS if lo > start else "") + text + (ELLIPSIS if hi < end else ""), True, lo
 
 
-def _context(buf: bytes, line_start: int, line_end: int, n: int) -> tuple[list[str], list[str]]:
+def _context(buf: bytes, line_start: int, line_end: int, n_before: int, n_after: int
+             ) -> tuple[list[str], list[str]]:
     before: list[str] = []
     pos = line_start
-    while len(before) < n and pos > 0:
+    while len(before) < n_before and pos > 0:
         prev_start = buf.rfind(b"\n", 0, pos - 1) + 1
         before.append(_trim(buf, prev_start, pos - 1, prev_start, prev_start)[0])
         pos = prev_start
     before.reverse()
     after: list[str] = []
     pos = line_end + 1
-    while len(after) < n and pos < len(buf):
+    while len(after) < n_after and pos < len(buf):
         nxt = buf.find(b"\n", pos)
         nxt = len(buf) if nxt < 0 else nxt
         after.append(_trim(buf, pos, nxt, pos, pos)[0])
@@ -179,8 +264,10 @@ def _context(buf: bytes, line_start: int, line_end: int, n: int) -> tuple[list[s
 _WHOLE_TEXT = re.compile(r"\\[Az]|\(\?[a-zA-Z]*-")
 
 
-def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, int]]:
-    """Yield (line number, match start, match end, line start, line end) per matching line."""
+def search_text(regex: Any, buf: bytes, group: int = 0
+                ) -> Iterable[tuple[int, int, int, int, int]]:
+    """Yield (line number, match start, match end, line start, line end) per matching line.
+    `group`: the part of the regex's match that is the match (1 for -w)."""
     pos = 0
     line_no = 1
     counted_to = 0
@@ -189,7 +276,7 @@ def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, in
         m = regex.search(buf, pos)
         if m is None:
             return
-        start, end = m.start(), m.end()
+        start, end = m.span(group)
         if start == size and (size == 0 or buf.endswith(b"\n")):
             return  # nothing follows the last newline: not a line
         line_start = buf.rfind(b"\n", 0, start) + 1
@@ -201,23 +288,82 @@ def search_text(regex: Any, buf: bytes) -> Iterable[tuple[int, int, int, int, in
             if m is None:
                 pos = line_end + 1
                 continue
-            start, end = m.start(), m.end()
+            start, end = m.span(group)
         line_no += buf.count(b"\n", counted_to, line_start)
         counted_to = line_start
         yield line_no, start, end, line_start, line_end
         pos = line_end + 1
 
 
+def line_matches(pattern: Pattern, buf: bytes, start: int, end: int, line_end: int
+                 ) -> list[tuple[int, int]]:
+    """Every non-empty match of the line, from its first one [start, end), as byte spans
+    (what grep -o prints and a terminal colours)."""
+    spans = [(start, end)] if end > start else []
+    pos = end if end > start else end + 1
+    while pos <= line_end:
+        m = pattern.regex.search(buf, pos, line_end)
+        if m is None:
+            break
+        s, e = m.span(pattern.group)
+        if e > s:
+            spans.append((s, e))
+        pos = e if e > s else e + 1
+    return spans
+
+
+def _marks(buf: bytes, shown_from: int, text: str, lead: bool,
+           spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte spans of matches as character spans of the line's shown text, which starts
+    at byte `shown_from` (after a leading `…` when `lead`)."""
+    out = []
+    shift = 1 if lead else 0
+    for s, e in spans:
+        if s < shown_from:
+            continue
+        a = len(buf[shown_from:s].decode("utf-8", "replace")) + shift
+        b = a + len(buf[s:e].decode("utf-8", "replace"))
+        if b > len(text):
+            break
+        out.append((a, b))
+    return out
+
+
 def grep(store: Store, pattern: str, *, path: str | None = None,
          globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
-         limit: int = GREP_LIMIT, indexed: bool = True) -> GrepResult:
+         limit: int | None = None, indexed: bool = True, **options: Any) -> GrepResult:
     """Matching lines of every indexed file (or one, or those the globs select), at most
-    `limit`; operations.Corpus.grep checks the arguments first.
+    `limit` (None: all); operations.Corpus.grep checks the arguments first. `options`
+    are those of `matches`."""
+    found: list[Match] = []
+    for m in matches(store, pattern, path=path, globs=globs, context=context,
+                     case_sensitive=case_sensitive, indexed=indexed, **options):
+        if len(found) == limit:
+            return GrepResult(found, truncated=True)
+        found.append(m)
+    return GrepResult(found, truncated=False)
+
+
+def matches(store: Store, pattern: str, *, path: str | None = None,
+            globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
+            case: str | None = None, fixed: bool = False, word: bool = False,
+            before: int | None = None, after: int | None = None,
+            max_count: int | None = None, every: bool = False, indexed: bool = True,
+            within: list[int] | None = None) -> Iterator[Match]:
+    """Matching lines in path order, as they are found (a reader that stops early stops
+    the search). `case` (smart | ignore | sensitive) wins over `case_sensitive`; `fixed`,
+    `word`: grep's -F, -w; `before`/`after` lines of context (default `context`);
+    `max_count`: at most this many lines per file (-m); `every`: fill each match's
+    `parts` and `marks` with all the matches of its line (-o, colour); `within`: only
+    these file ids (a folder: --here).
 
     With `indexed`, the trigram index narrows the files first to those holding every
     trigram a match needs (trigrams.query_for); RE2 verifies them, so the answer is the
     linear scan's, only faster. A pattern without a usable literal scans every file."""
-    regex = compile_pattern(pattern, case_sensitive)
+    compiled = build(pattern, case=case or ("sensitive" if case_sensitive else "ignore"),
+                     fixed=fixed, word=word)
+    n_before = context if before is None else before
+    n_after = context if after is None else after
     glob_patterns: list[Any] = []
     if globs:
         from loomcli import ignore  # only with --glob
@@ -228,7 +374,10 @@ def grep(store: Store, pattern: str, *, path: str | None = None,
         file_ids = [store.resolve(path).id]
     elif glob_patterns:
         file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
-    match = query_for(pattern) if indexed and path is None else None
+    if within is not None:
+        inside = set(within)
+        file_ids = [fid for fid in (within if file_ids is None else file_ids) if fid in inside]
+    match = query_for(compiled.text) if indexed and path is None else None
     holding: dict[int, set[int]] | None = None
     if match:
         holding = store.candidates(match)
@@ -238,19 +387,30 @@ def grep(store: Store, pattern: str, *, path: str | None = None,
     # a match lies inside one line, so inside one block. Not with context lines (they
     # may lie in the next block), nor for a pattern that sees where the text starts or
     # ends.
-    by_blocks = not context and not _WHOLE_TEXT.search(pattern)
-    matches: list[Match] = []
+    by_blocks = not (n_before or n_after) and not _WHOLE_TEXT.search(compiled.text)
     for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, holding, by_blocks):
         pages = json.loads(pages_json) if pages_json else None
+        count = 0
         for first_byte, first_line, buf in pieces:
-            for line_no, start, end, line_start, line_end in search_text(regex, buf):
-                if len(matches) == limit:
-                    return GrepResult(matches, truncated=True)
-                text, trimmed = _trim(buf, line_start, line_end, start, end)
-                before, after = (_context(buf, line_start, line_end, context) if context
-                                 else ([], []))
+            for line_no, start, end, line_start, line_end in search_text(
+                    compiled.regex, buf, compiled.group):
+                text, trimmed, shown_from = _trim(buf, line_start, line_end, start, end)
+                before_lines, after_lines = (
+                    _context(buf, line_start, line_end, n_before, n_after)
+                    if n_before or n_after else ([], []))
                 offset = first_byte + start
                 page = bisect_right(pages, offset) if pages else None
-                matches.append(Match(shown, first_line + line_no - 1, offset, page, text,
-                                     before, after, trimmed))
-    return GrepResult(matches, truncated=False)
+                found = Match(shown, first_line + line_no - 1, offset, page, text,
+                              before_lines, after_lines, trimmed)
+                if every:
+                    spans = line_matches(compiled, buf, start, end, line_end)
+                    found.parts = [(first_byte + s, buf[s:e].decode("utf-8", "replace"))
+                                   for s, e in spans]
+                    found.marks = _marks(buf, shown_from, text, shown_from > line_start,
+                                         spans)
+                yield found
+                count += 1
+                if count == max_count:
+                    break
+            if count == max_count:
+                break

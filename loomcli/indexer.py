@@ -19,11 +19,12 @@ from typing import Any
 
 from loomcli import discover
 from loomcli.config import Config
-from loomcli.errors import BusyError, ExtractionError, RootError
+from loomcli.errors import BusyError, ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
 from loomcli.extract.text import extract_note
 from loomcli.store import FileRow, Root, Store
 
+NO_TEXT_LAYER = "PDF has no text layer"  # a skip that OCR, once on, may undo
 BATCH_FILES = 200
 BATCH_SECONDS = 1.0
 OPTIMIZE_AFTER_CHANGES = 500  # merge FTS segments after a scan changed this many files
@@ -44,10 +45,16 @@ class ScanReport:
     failed: int = 0
     duration_ms: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
+    # Valid files with nothing to index (an image-only PDF): counted in `skipped`, listed
+    # here with the reason; they do not make the exit code 1.
+    skips: list[dict[str, str]] = field(default_factory=list)
     vectors: dict[str, Any] | None = None  # embeddings.build.EmbedReport, when enabled
+    # Paths in `errors` that failed before and are unchanged (the CLI sums them up).
+    known: set[str] = field(default_factory=set, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["known"]
         if self.vectors is None:  # embeddings off: the report is as it always was
             del out["vectors"]
         return out
@@ -98,6 +105,29 @@ def resolve_roots(config: Config, store: Store | None, dirs: Sequence[str | Path
         if path not in resolved:
             resolved.append(path)
     return resolved
+
+
+def check_nesting(roots: Sequence[Path], indexed: Sequence[Path]) -> None:
+    """A folder is indexed once: refuse a new root inside another root, or holding one
+    (folding it in would change the paths of the files already shown)."""
+    known = set(indexed)
+    for root in roots:
+        if root in known:
+            continue
+        for other in [*indexed, *roots]:
+            if other == root:
+                continue
+            if root.is_relative_to(other):
+                where = "the indexed folder" if other in known else "the folder"
+                raise RootError(f"{root} is inside {where} {other}, so its files are indexed "
+                                "there", f"scan {other} instead")
+            if other.is_relative_to(root):
+                if other in known:
+                    raise RootError(f"{root} holds the indexed folder {other}; a folder is "
+                                    "indexed once", f"scan {other} alone, or `loom forget "
+                                    f"{other}` first")
+                raise RootError(f"{root} holds {other}, also given; a folder is indexed once",
+                                f"scan {root} alone")
 
 
 def forget(store: Store, folder: str | Path) -> int:
@@ -194,6 +224,7 @@ class Indexer:
         self.clock = clock
         self.on_wait = on_wait
         self.on_change = on_change
+        self._ocr: bool | None = None
 
     def _changed(self, change: str, root_id: int, relpath: str, detail: str | None = None
                  ) -> None:
@@ -204,6 +235,7 @@ class Indexer:
         start = self.clock()
         report = ScanReport()
         # 1. Everything that can refuse the scan, before any write.
+        check_nesting(roots, [Path(r.path) for r in self.store.roots()])
         found = []
         for root in roots:
             patterns = discover.load_patterns(root, self.config.ignore, self.config.path.name)
@@ -230,11 +262,18 @@ class Indexer:
                 # permission changes no mtime); an unchanged file whose extraction failed
                 # would fail the same way, so it is only reported.
                 retry = row is not None and (row.error or "").startswith(ACCESS_ERROR)
+                if row and row.skip and row.skip.startswith(NO_TEXT_LAYER):
+                    retry = retry or self._ocr_on()  # OCR came since: try it again
                 if row and unchanged and not force and not retry:
+                    shown = store.display_path(root.id, ref.relpath)
                     if row.error:
-                        self._fail(report, store.display_path(root.id, ref.relpath), row.error)
+                        self._fail(report, shown, row.error)
+                        report.known.add(shown)
                     else:
                         report.skipped += 1
+                        if row.skip:
+                            report.skips.append({"path": shown, "reason": row.skip})
+                            report.known.add(shown)
                     continue
                 todo.append(_Todo(root, ref, row))
             for shown in disc.bad_names:
@@ -282,6 +321,8 @@ class Indexer:
                     with batch.file():
                         if isinstance(result, Extracted):
                             self._store_doc(item, result, report)
+                        elif isinstance(result, NoTextError):
+                            self._store_skip(item, report, str(result))
                         else:
                             self._store_failure(item, report, str(result))
             for row in vanished_ids.values():
@@ -368,7 +409,8 @@ class Indexer:
                             vanished_ids: dict[int, FileRow], force: bool) -> bool:
         ref, store = item.ref, self.store
         if item.row is not None:
-            if not force and item.row.hash == item.digest and not item.row.error:
+            if (not force and item.row.hash == item.digest and not item.row.error
+                    and not item.row.skip):
                 store.set_stat(item.row.id, ref.size, ref.mtime_ns)
                 report.skipped += 1
                 return True
@@ -396,6 +438,23 @@ class Indexer:
             self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc)
             report.updated += 1
             self._changed("updated", item.root.id, ref.relpath)
+
+    def _store_skip(self, item: _Todo, report: ScanReport, reason: str) -> None:
+        ref = item.ref
+        self.store.record_skip(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
+                               item.digest, reason, item.row.id if item.row else None)
+        report.skipped += 1
+        report.skips.append({"path": self.store.display_path(item.root.id, ref.relpath),
+                             "reason": reason})
+
+    def _ocr_on(self) -> bool:
+        """Whether OCR is on (asked once a scan: it runs `tesseract --list-langs`)."""
+        if self._ocr is None:
+            from loomcli.extract.ocr import settings as ocr_settings
+
+            self._ocr = bool(ocr_settings(self.config.get("ocr.enabled"),
+                                          self.config.get("ocr.languages")).enabled)
+        return self._ocr
 
     def _store_failure(self, item: _Todo, report: ScanReport, error: str) -> None:
         ref = item.ref

@@ -108,6 +108,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE blocks (file_id INTEGER PRIMARY KEY, starts TEXT NOT NULL);
         INSERT INTO grams (rowid, body) SELECT id, body FROM docs;
     """),
+    # Paths that stay put: each root's prefix is fixed when the root is added (the first
+    # root none, every later one its folder name, made unique), so adding or forgetting
+    # another root never changes a path. An index made before showed prefixes only while
+    # it held two roots or more: each keeps exactly the paths it showed. And `skip`: why
+    # a valid file holds nothing to index (an image-only PDF), kept apart from failures.
+    ("007_stable_paths_and_skips", """
+        ALTER TABLE roots ADD COLUMN prefix TEXT NOT NULL DEFAULT '';
+        UPDATE roots SET prefix = name WHERE (SELECT count(*) FROM roots) > 1;
+        ALTER TABLE files ADD COLUMN skip TEXT;
+    """),
 ]
 
 

@@ -28,7 +28,7 @@ from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
     from loomcli.ask.window import Budget
-    from loomcli.grep import GrepResult
+    from loomcli.grep import GrepResult, Match
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
     from loomcli.store import FileInfo, Hit, Store
@@ -38,6 +38,10 @@ SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
 GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
 FAILURES_SHOWN = 200  # failed files listed by `failures()` (the count in status is whole)
 GREP_CONTEXT_MAX = 50
+# The CLI's case rule when no flag is given: ignore case unless the pattern holds an
+# upper-case letter (ripgrep's -S). A lower-case pattern finds what loom 0.1 found; a
+# pattern typed with capitals (`TaskGroup`, `EINVAL`) means them, as in grep and ripgrep.
+GREP_CASE = "smart"
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
@@ -131,6 +135,7 @@ class SearchHit:
     match: str = "bm25"  # "bm25" | "semantic" | "both"
     content: str | None = None  # whole text, or head + best passage (excerpt_chars)
     truncated: bool = False
+    page: int | None = None  # a PDF's page where the snippet is
 
     def to_dict(self) -> dict[str, Any]:
         from loomcli.store import plain_snippet
@@ -138,7 +143,8 @@ class SearchHit:
         out: dict[str, Any] = {"path": self.path, "title": self.title,
                                "score": round(self.score, 4),
                                "snippet": plain_snippet(self.snippet),
-                               "content_len": self.content_len, "match": self.match}
+                               "content_len": self.content_len, "match": self.match,
+                               "page": self.page}
         if self.content is not None:
             out["content"] = self.content
             out["truncated"] = self.truncated
@@ -337,8 +343,8 @@ class Corpus:
         with self.store() as store:
             found, warnings, query_vector = self._rank(store, query, n, chosen,
                                                        prefix=_bool("prefix", prefix))
-            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how)
-                    for h, how in found]
+            hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
+                              page=h.page) for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
 
@@ -443,18 +449,94 @@ class Corpus:
         return char_spans(text, scored)
 
     def grep(self, pattern: Any, *, path: Any = None, globs: Any = None, context: Any = None,
-             case_sensitive: Any = False, limit: Any = None) -> GrepResult:
-        from loomcli.grep import grep
+             case_sensitive: Any = False, limit: Any = None, **options: Any) -> GrepResult:
+        """Matching lines, at most `limit` (GREP_LIMIT by default, GREP_LIMIT_MAX at most:
+        MCP and HTTP); `truncated` when cut. `options`: those of `grep_lines`."""
+        from loomcli.grep import GrepResult
 
-        pattern = _text("pattern", pattern)
+        n = _int("limit", limit, GREP_LIMIT, 1, GREP_LIMIT_MAX) or GREP_LIMIT
+        found: list[Match] = []
         with self.store() as store:
-            return grep(store, pattern,
-                        path=None if path is None else check_index_path(path),
-                        globs=_strings("glob", globs),
-                        context=_int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0,
-                        case_sensitive=_bool("case_sensitive", case_sensitive),
-                        limit=_int("limit", limit, GREP_LIMIT, 1, GREP_LIMIT_MAX)
-                        or GREP_LIMIT)
+            for m in self._grep(store, pattern, path=path, globs=globs, context=context,
+                                case_sensitive=case_sensitive, **options):
+                if len(found) == n:
+                    return GrepResult(found, truncated=True)
+                found.append(m)
+        return GrepResult(found, truncated=False)
+
+    def grep_lines(self, pattern: Any, *, path: Any = None, globs: Any = None,
+                   context: Any = None, case: Any = None, fixed: Any = False,
+                   word: Any = False, before: Any = None, after: Any = None,
+                   max_count: Any = None, every: Any = False,
+                   within: Path | None = None) -> Iterator[Match]:
+        """Every matching line, as found, without a limit (the CLI: a pipe gets all of
+        them, and a reader that stops stops the search). ripgrep's options: `case`
+        smart | ignore | sensitive (default GREP_CASE), `fixed` (-F), `word` (-w),
+        `before`/`after` (-B/-A, default `context`), `max_count` lines per file (-m),
+        `every`: each match's line also lists all its matches (-o, colour); `within`: a
+        folder on disk inside an indexed root (--here): only the files under it."""
+        with self.store() as store:
+            ids = None if within is None else self._ids_within(store, within)
+            yield from self._grep(store, pattern, path=path, globs=globs, context=context,
+                                  case=GREP_CASE if case is None else case, fixed=fixed,
+                                  word=word, before=before, after=after,
+                                  max_count=max_count, every=every, within=ids)
+
+    @staticmethod
+    def _ids_within(store: Store, folder: Path) -> list[int]:
+        found = store.on_disk(folder)
+        if found is None:
+            from loomcli.errors import RootError
+
+            names = ", ".join(r.path for r in store.roots()) or "none"
+            raise RootError(f"{folder} is not inside an indexed folder",
+                            f"cd into one of them, or drop --here (indexed: {names})")
+        return store.ids_under(*found)
+
+    def index_path_of(self, path: str) -> str:
+        """A path as the index shows it: a path on disk (absolute, or relative to the
+        working directory) inside an indexed root becomes its index path; any other
+        text is returned as it is (an index path). For the CLI: MCP and HTTP take index
+        paths only."""
+        import os
+
+        looks_on_disk = (os.path.isabs(os.path.expanduser(path)) or path.startswith(("./", "../"))
+                         or path in (".", "..") or os.path.exists(path))
+        if not looks_on_disk or not self.index_path.exists():
+            return path
+        with self.store() as store:
+            found = store.on_disk(path)
+            if found is None:
+                if os.path.isabs(os.path.expanduser(path)) or path.startswith("../"):
+                    from loomcli.errors import IndexMissingError
+
+                    names = ", ".join(r.path for r in store.roots()) or "none"
+                    raise IndexMissingError(f"{path} is not inside an indexed folder",
+                                            f"indexed folders: {names}")
+                return path
+            root, rel = found
+            return store.display_path(root.id, rel) if rel else (root.prefix or ".")
+
+    def _grep(self, store: Store, pattern: Any, *, path: Any, globs: Any, context: Any,
+              case_sensitive: Any = False, case: Any = None, fixed: Any = False,
+              word: Any = False, before: Any = None, after: Any = None,
+              max_count: Any = None, every: Any = False, within: list[int] | None = None
+              ) -> Iterator[Match]:
+        from loomcli.grep import CASES, matches
+
+        if case is not None and case not in CASES:
+            raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
+        n_context = _int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0
+        return matches(
+            store, _text("pattern", pattern),
+            path=None if path is None else check_index_path(path),
+            globs=_strings("glob", globs), context=n_context,
+            case_sensitive=_bool("case_sensitive", case_sensitive), case=case,
+            fixed=_bool("fixed", fixed), word=_bool("word", word),
+            before=_int("before", before, None, 0, GREP_CONTEXT_MAX),
+            after=_int("after", after, None, 0, GREP_CONTEXT_MAX),
+            max_count=_int("max_count", max_count, None, 1), every=_bool("every", every),
+            within=within)
 
     def get(self, path: Any, offset: Any = 0, length: Any = None) -> TextRange:
         start = _int("offset", offset, 0, 0) or 0
@@ -493,10 +575,17 @@ class Corpus:
                 out.counts["vectors"] = self._vector_status(store)
         else:
             out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "documents": 0,
-                          "failed": 0,
+                          "failed": 0, "skipped": 0,
                           "text_bytes": 0, "index_bytes": 0, "last_scan": None,
                           "vectors": self._vector_status(None)}
         return out
+
+    def problems(self, kind: str) -> list[tuple[str, str]]:
+        """(path, reason) of the files that `failed` or were `skipped` (no text)."""
+        if kind not in ("failed", "skipped"):
+            raise QueryError(f"kind must be failed or skipped, got {_show(kind)}")
+        with self.store() as store:
+            return store.problems(kind)
 
     def _vector_status(self, store: Store | None) -> dict[str, Any]:
         """Which model the config names, how many files have its vectors, how many still

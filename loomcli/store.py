@@ -13,6 +13,7 @@ import os
 import re
 import sqlite3
 import time
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class Root:
     id: int
     path: str
     name: str
+    prefix: str = ""  # fixed when the root is added: "" for the first, else a folder name
 
 
 @dataclass
@@ -52,6 +54,7 @@ class FileRow:
     content_len: int
     indexed_at: float | None
     error: str | None
+    skip: str | None = None  # why a valid file holds nothing to index
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Hit:
     snippet: str
     file_id: int
     content_len: int  # bytes of the whole extracted text
+    page: int | None = None  # a PDF's page where the snippet is (from 1)
 
 
 @dataclass
@@ -109,7 +113,7 @@ def plain_snippet(snippet: str) -> str:
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
-                 "indexed_at, error")
+                 "indexed_at, error, skip")
 
 
 def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
@@ -141,10 +145,16 @@ def query_words(query: str) -> list[str]:
 
 
 def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str:
-    """About `tokens` words around the first place a query word starts a word, the
-    matching words marked; the text's start when none is found. Works on a bounded
-    prefix of the text (SNIPPET_SCAN_BYTES), so a huge note costs no more than a small
-    one. Words match by prefix (a crude stand-in for the index's Porter stemming)."""
+    return snippet_at(text, words, tokens)[0]
+
+
+def snippet_at(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> tuple[str, int]:
+    """The snippet and the character of `text` it is about: the first query word, else
+    where it starts (for a PDF's page). About `tokens` words around the first place a
+    query word starts a word, the matching words marked; the text's start when none is
+    found. Works on a bounded prefix of the text (SNIPPET_SCAN_BYTES), so a huge note
+    costs no more than a small one. Words match by prefix (a crude stand-in for the
+    index's Porter stemming)."""
     stems = sorted({w.casefold()[:SNIPPET_STEM] for w in _WORDS.findall(" ".join(words))},
                    key=len, reverse=True)
     found = None
@@ -155,7 +165,7 @@ def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str
         text, max(0, found.start() - 400) if found else 0,
         (found.start() + 2000) if found else 2000)]
     if not spans:
-        return ""
+        return "", 0
     first = 0
     if found:
         first = next(i for i, (a, b) in enumerate(spans) if b > found.start())
@@ -170,7 +180,7 @@ def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str
     joined = " ".join("".join(raw).split())
     lead = "…" if chosen[0][0] > 0 else ""
     tail = "…" if chosen[-1][1] < len(text.rstrip()) else ""
-    return lead + joined + tail
+    return lead + joined + tail, found.start() if found else chosen[0][0]
 
 
 # 16 KB pages for a new index: texts are long rows, read whole by grep, and a row read
@@ -295,29 +305,66 @@ class Store:
     def roots(self) -> list[Root]:
         if self._roots is None:
             self._roots = [Root(*r) for r in self.conn.execute(
-                "SELECT id, path, name FROM roots ORDER BY id")]
+                "SELECT id, path, name, prefix FROM roots ORDER BY id")]
         return self._roots
 
     def ensure_root(self, path: Path) -> Root:
+        """The root for `path`, added if new. Its prefix is fixed here, once: none for an
+        index's first root, else its folder name made unique (also against the first
+        folders of the unprefixed roots' paths, so no two roots can show one path)."""
         for root in self.roots():
             if root.path == str(path):
                 return root
-        taken = {r.name for r in self.roots()}
+        taken = {r.name for r in self.roots()} | {r.prefix for r in self.roots()}
+        for root in self.roots():
+            if not root.prefix:
+                taken.update(r[0] for r in self.conn.execute(
+                    "SELECT DISTINCT substr(relpath, 1, instr(relpath, '/') - 1) FROM files "
+                    "WHERE root_id = ? AND instr(relpath, '/') > 0", (root.id,)))
         name = base = path.name or "root"
         n = 2
         while name in taken:
             name = f"{base}-{n}"
             n += 1
-        cur = self.conn.execute("INSERT INTO roots (path, name) VALUES (?, ?)",
-                                (str(path), name))
+        prefix = name if self.roots() else ""
+        cur = self.conn.execute("INSERT INTO roots (path, name, prefix) VALUES (?, ?, ?)",
+                                (str(path), name, prefix))
         self._roots = None
-        return Root(int(cur.lastrowid or 0), str(path), name)
+        return Root(int(cur.lastrowid or 0), str(path), name, prefix)
 
     def display_path(self, root_id: int, relpath: str) -> str:
-        roots = self.roots()
-        if len(roots) <= 1:
-            return relpath
-        return next(r.name for r in roots if r.id == root_id) + "/" + relpath
+        prefix = next((r.prefix for r in self.roots() if r.id == root_id), "")
+        return f"{prefix}/{relpath}" if prefix else relpath
+
+    def on_disk(self, path: str | Path) -> tuple[Root, str] | None:
+        """The root and root-relative path of a path on disk (absolute, or relative to
+        the working directory) inside an indexed root — the deepest, should an old index
+        hold nested roots — or None."""
+        try:
+            disk = Path(os.path.expanduser(path)).absolute()
+            real = disk.resolve()
+        except (OSError, RuntimeError, ValueError):
+            return None
+        best: tuple[Root, str] | None = None
+        for root in self.roots():
+            for candidate in (disk, real):
+                if candidate.is_relative_to(root.path):
+                    rel = candidate.relative_to(root.path).as_posix()
+                    if best is None or len(root.path) > len(best[0].path):
+                        best = (root, "" if rel == "." else rel)
+                    break
+        return best
+
+    def ids_under(self, root: Root, folder: str) -> list[int]:
+        """Ids of the indexed files of `root` inside its subfolder `folder` ("": all)."""
+        if not folder:
+            return [r[0] for r in self.conn.execute(
+                "SELECT id FROM files WHERE root_id = ? AND indexed_at IS NOT NULL "
+                "ORDER BY relpath", (root.id,))]
+        prefix = folder.rstrip("/") + "/"
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM files WHERE root_id = ? AND indexed_at IS NOT NULL AND "
+            "substr(relpath, 1, ?) = ? ORDER BY relpath", (root.id, len(prefix), prefix))]
 
     def resolve(self, path: str) -> FileRow:
         """Find a file by the path loom shows, or by its path on disk."""
@@ -326,11 +373,9 @@ class Store:
             clean = clean[2:]
         candidates: list[tuple[int, str]] = []
         roots = self.roots()
-        if len(roots) == 1:
-            candidates.append((roots[0].id, clean))
-        else:
-            head, _, rest = clean.partition("/")
-            candidates += [(r.id, rest) for r in roots if r.name == head]
+        head, _, rest = clean.partition("/")
+        candidates += [(r.id, clean) for r in roots if not r.prefix]
+        candidates += [(r.id, rest) for r in roots if r.prefix and r.prefix == head]
         try:
             disk = Path(path).expanduser().resolve()
         except (OSError, RuntimeError):
@@ -443,7 +488,7 @@ class Store:
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, title = ?, content_len = ?, "
-            "indexed_at = ?, error = NULL WHERE id = ?",
+            "indexed_at = ?, error = NULL, skip = NULL WHERE id = ?",
             (size, mtime_ns, digest, doc.title, utf8_len(doc.text), time.time(),
              file_id))
         self._insert_doc(file_id, doc)
@@ -462,8 +507,29 @@ class Store:
                 (root_id, relpath, kind, size, mtime_ns, digest, error))
         else:
             self.conn.execute(
-                "UPDATE files SET size = ?, mtime_ns = ?, error = ? WHERE id = ?",
+                "UPDATE files SET size = ?, mtime_ns = ?, error = ?, skip = NULL WHERE id = ?",
                 (size, mtime_ns, error, file_id))
+
+    def record_skip(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
+                    digest: bytes | None, reason: str, file_id: int | None) -> None:
+        """Remember that a valid file holds nothing to index (not retried while unchanged)."""
+        if file_id is None:
+            self.conn.execute(
+                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, skip) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (root_id, relpath, kind, size, mtime_ns, digest, reason))
+        else:
+            self.conn.execute(
+                "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, error = NULL, skip = ? "
+                "WHERE id = ?", (size, mtime_ns, digest, reason, file_id))
+
+    def problems(self, kind: str) -> list[tuple[str, str]]:
+        """(display path, reason) of the files that failed (`failed`) or were skipped
+        (`skipped`), in path order."""
+        column = {"failed": "error", "skipped": "skip"}[kind]
+        return [(self.display_path(r[0], r[1]), r[2]) for r in self.conn.execute(
+            f"SELECT root_id, relpath, {column} FROM files WHERE {column} IS NOT NULL "
+            "ORDER BY root_id, relpath")]
 
     def move(self, file_id: int, root_id: int, relpath: str, size: int, mtime_ns: int) -> None:
         self.conn.execute(
@@ -598,10 +664,12 @@ class Store:
             start = (near or {}).get(fid, 0)
             text = self.text_bytes(fid, start, NEAR_SNIPPET_BYTES if start else
                                    SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
-            snippet = snippet_of(text, words)
+            snippet, at = snippet_at(text, words)
             if start and snippet and not snippet.startswith("…"):
                 snippet = "…" + snippet
-            out.append(Hit(path, title, score, snippet, fid, content_len))
+            pages = self.pages(fid)
+            page = (bisect_right(pages, start + utf8_len(text[:at])) if pages else None)
+            out.append(Hit(path, title, score, snippet, fid, content_len, page))
         return out
 
     def list_files(self) -> list[FileInfo]:
@@ -702,6 +770,7 @@ class Store:
             "SELECT kind, count(*) FROM files WHERE indexed_at IS NOT NULL GROUP BY kind"
         ).fetchall())
         failed = c.execute("SELECT count(*) FROM files WHERE error IS NOT NULL").fetchone()[0]
+        skipped = c.execute("SELECT count(*) FROM files WHERE skip IS NOT NULL").fetchone()[0]
         text_bytes = c.execute("SELECT coalesce(sum(content_len), 0) FROM files").fetchone()[0]
         last = c.execute("SELECT started_at, finished_at, roots, report FROM scans "
                          "WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1").fetchone()
@@ -715,6 +784,7 @@ class Store:
             # web pages, office documents and e-books
             "documents": sum(n for kind, n in counts.items() if kind not in ("note", "pdf")),
             "failed": failed,
+            "skipped": skipped,
             "text_bytes": text_bytes,
             "index_bytes": size,
             "last_scan": None if last is None else {

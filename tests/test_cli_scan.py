@@ -30,7 +30,7 @@ def loom(*args: str, env: dict | None = None, check: int | None = 0,
 def test_scan_json_report_keys_and_exit_codes(notes):
     out = json.loads(loom("scan", str(notes), "--json").stdout)
     assert list(out) == ["added", "updated", "moved", "removed", "skipped", "failed",
-                         "duration_ms", "errors"]
+                         "duration_ms", "errors", "skips"]
     assert (out["added"], out["failed"], out["errors"]) == (9, 0, [])
     human = loom("scan", str(notes))
     assert human.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 9, "
@@ -46,10 +46,15 @@ def test_failures_exit_1_with_reasons_on_stderr(tmp_path, loom_home):
     bad = tmp_path / "bad"
     shutil.copytree(FIXTURES / "bad", bad)
     proc = loom("scan", str(bad), check=1)
-    assert proc.stdout.startswith("added 1, updated 0, moved 0, removed 0, skipped 0, failed 3")
+    assert proc.stdout.startswith("added 1, updated 0, moved 0, removed 0, skipped 1, failed 2")
     assert "loom: failed: truncated.pdf: damaged or unsupported PDF" in proc.stderr
-    assert ("loom: failed: scanned-receipt.pdf: PDF has no text layer (scanned or "
-            "image-only pages) — install Tesseract to read scanned pages") in proc.stderr
+    # A scan without OCR is a valid PDF without text: skipped, saying why.
+    assert ("loom: skipped 1 file with no text to index (e.g. scanned-receipt.pdf: PDF has "
+            "no text layer (scanned or image-only pages)) — `loom status --skipped` lists "
+            "them\n") in proc.stderr
+    listed = loom("status", "--skipped").stdout
+    assert listed.startswith("scanned-receipt.pdf: PDF has no text layer (scanned or "
+                             "image-only pages) — install Tesseract to read scanned pages")
 
 
 def index_bytes(db: Path) -> bytes:
@@ -107,7 +112,7 @@ def test_search_files_status_get_json_keys(notes):
     loom("scan", str(notes))
     hits = json.loads(loom("search", "warp", "tension", "--json").stdout)["hits"]
     assert hits and list(hits[0]) == ["path", "title", "score", "snippet", "content_len",
-                                      "match"]
+                                      "match", "page"]
     assert {h["match"] for h in hits} == {"bm25"}
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:], strict=False))
     files = json.loads(loom("files", "--json").stdout)["files"]
@@ -217,8 +222,12 @@ def test_init_writes_a_valid_starting_config(loom_home, notes):
 
 @pytest.mark.parametrize("args,message", [
     (["grep"], "loom: Missing argument 'pattern' — try loom grep --help\n"),
-    (["grep", "x", "--limit", "many"], "loom: Invalid value for '--limit' / '-n': 'many' is "
-     "not a valid int — try loom grep --help\n"),
+    (["grep", "x", "--max-count", "many"], "loom: Invalid value for '--max-count' / '-m': "
+     "'many' is not a valid int — try loom grep --help\n"),
+    (["grep", "x", "--color", "blue"], "loom: Invalid value for '--color': 'blue' is not one "
+     "of auto, always, never — try loom grep --help\n"),
+    (["grep", "x", "-l", "-c"], "loom: -l and -c cannot be used together — choose one\n"),
+    (["search", "x", "-n", "3"], "loom: No such option: -n — try loom search --help\n"),
     (["serch", "x"],
      "loom: No such command 'serch'. Did you mean 'search', 'serve'? — try loom --help\n"),
     (["search", "x", "--bogus"],
@@ -333,5 +342,5 @@ def test_a_deleted_root_is_named_and_can_be_forgotten(notes, tmp_path):
     assert loom("forget", str(notes)).stdout == f"forgot {notes}: removed 9 files from the " \
                                                   "index\n"
     assert json.loads(loom("scan", "--json").stdout)["skipped"] == 1
-    assert loom("files").stdout == "x.md\n"  # one root left: no prefix
+    assert loom("files").stdout == "other/x.md\n"  # paths stay put: its prefix stays
     assert "not an indexed folder" in loom("forget", "nope", check=2).stderr

@@ -162,7 +162,7 @@ def test_cli_grep_then_get_at_the_offset(tmp_path, loom_home):
                           text=True)
     assert proc.returncode == 0
     assert proc.stdout.splitlines() == [
-        "manuals/field-guide.pdf:12:631:Invoice FT-2026-0412 covers the madder root "
+        "manuals/field-guide.pdf:p4:12:631:Invoice FT-2026-0412 covers the madder root "
         "delivered in March.",
         "projects/loom-controller.md:17:427:Budget: invoice FT-2026-0398 (parts) and "
         "FT-2026-0415 (labour).",
@@ -189,7 +189,8 @@ def test_cli_grep_context_output_like_grep(tmp_path, loom_home):
     subprocess.run([*LOOM, "scan", str(notes)], check=True, capture_output=True)
     out = subprocess.run([*LOOM, "grep", "-C", "1", "^(two|five)$"], capture_output=True,
                          text=True).stdout
-    assert out == "a.md-1-one\na.md:2:4:two\na.md-3-three\n--\na.md-4-four\na.md:5:19:five\n"
+    # Adjacent groups merge as in ripgrep: no `--` between lines 3 and 4.
+    assert out == "a.md-1-one\na.md:2:4:two\na.md-3-three\na.md-4-four\na.md:5:19:five\n"
 
 
 # -- the trigram prefilter: indexed answers equal the linear scan's ------------------------
@@ -361,3 +362,90 @@ def test_an_index_with_whole_file_trigrams_moves_to_blocks(tmp_path):
         assert m.line == 10_001 and store.block_starts(1)
     finally:
         store.close()
+
+
+# -- ripgrep's flags (tests/test_grep_ripgrep.py compares them with rg itself) -------------
+
+@pytest.mark.parametrize("pattern,upper", [
+    ("taskgroup", False), ("TaskGroup", True), (r"\W+\S", False), (r"\p{Lu}x", False),
+    (r"\x41b", False), (r"\Qa.B\E", True), ("[[:upper:]]a", False), ("(?P<Name>a)", False),
+    ("é", False), ("É", True),
+])
+def test_smart_case_reads_upper_case_literals_only(pattern, upper):
+    assert grep.has_uppercase(pattern) is upper
+
+
+def test_case_word_fixed_and_max_count(tmp_path):
+    store = make_store(tmp_path, {"a.md": "TaskGroup here\ntaskgroup there\nsubtaskgroups\n"
+                                  "a.b and axb\n"})
+
+    def lines(pattern, **kw):
+        return [m.line for m in grep.matches(store, pattern, **kw)]
+
+    assert lines("taskgroup", case="smart") == [1, 2, 3]
+    assert lines("TaskGroup", case="smart") == [1]
+    assert lines("TaskGroup", case="ignore") == [1, 2, 3]
+    assert lines("taskgroup", case="sensitive") == [2, 3]
+    assert lines("taskgroup", word=True) == [1, 2]
+    assert lines("a.b") == [4] and lines("a.b", fixed=True) == [4]
+    [m] = grep.matches(store, "a.b", fixed=True, every=True)
+    assert m.parts == [(len("TaskGroup here\ntaskgroup there\nsubtaskgroups\n"), "a.b")]
+    assert lines("task", max_count=2) == [1, 2]
+    with pytest.raises(QueryError, match="invalid pattern"):
+        list(grep.matches(store, "(a", word=True))
+
+
+def cli_store(tmp_path, text: str) -> None:
+    notes = tmp_path / "n"
+    write(notes / "a.md", text)
+    subprocess.run([*LOOM, "scan", str(notes)], check=True, capture_output=True)
+
+
+def test_cli_grep_prints_every_line_without_a_limit(tmp_path, loom_home):
+    cli_store(tmp_path, "".join(f"line {i}\n" for i in range(2000)))
+    out = subprocess.run([*LOOM, "grep", "line"], capture_output=True, text=True)
+    assert (out.returncode, len(out.stdout.splitlines()), out.stderr) == (0, 2000, "")
+    cut = subprocess.run([*LOOM, "grep", "line", "--limit", "3"], capture_output=True,
+                         text=True)
+    assert cut.stdout.splitlines() == ["a.md:1:0:line 0", "a.md:2:7:line 1", "a.md:3:14:line 2"]
+    assert cut.stderr == "loom: stopped after 3 matching lines (--limit 3)\n"
+    data = json.loads(subprocess.run([*LOOM, "grep", "line", "--json"], capture_output=True,
+                                     text=True).stdout)
+    assert len(data["matches"]) == 2000 and data["truncated"] is False
+
+
+def test_cli_grep_stops_quietly_when_its_reader_goes(tmp_path, loom_home):
+    cli_store(tmp_path, "".join(f"line {i}\n" for i in range(200_000)))
+    proc = subprocess.Popen([*LOOM, "grep", "line"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"a.md:1:0:line 0\n"
+    proc.stdout.close()  # like `| head -1`
+    assert proc.wait() == 0
+    assert proc.stderr.read() == b""
+
+
+def test_cli_grep_colour_heading_and_shapes(tmp_path, loom_home, monkeypatch):
+    cli_store(tmp_path, "one foo foo\ntwo\n")
+
+    def run(*args, **env):
+        return subprocess.run([*LOOM, "grep", *args], capture_output=True, text=True,
+                              env={**os.environ, **env}).stdout
+
+    assert run("--color", "always", "foo") == (
+        "\x1b[35ma.md\x1b[0m:\x1b[32m1\x1b[0m:4:one \x1b[1m\x1b[31mfoo\x1b[0m "
+        "\x1b[1m\x1b[31mfoo\x1b[0m\n")
+    assert run("--color", "auto", "foo") == "a.md:1:4:one foo foo\n"  # not a terminal
+    assert run("foo", NO_COLOR="1") == "a.md:1:4:one foo foo\n"
+    assert run("--heading", "foo") == "a.md\n1:4:one foo foo\n"
+    assert run("-o", "foo") == "a.md:1:4:foo\na.md:1:8:foo\n"
+    assert run("-c", "o") == "a.md:2\n" and run("-l", "o") == "a.md\n"
+    assert run("-n", "two") == "a.md:2:12:two\n"  # -n: line numbers, as always
+
+
+def test_search_hits_name_the_page_of_their_snippet(tmp_path):
+    pages = ["first page\n", "second page\nthe madder root\n", "third\n"]
+    offsets = [0, len(pages[0]), len(pages[0] + pages[1])]
+    store = make_store(tmp_path, {"doc.pdf": Extracted("".join(pages), "Doc", pages=offsets),
+                                  "note.md": "madder in a note\n"})
+    hits = {h.path: h for h in store.search("madder", 10)}
+    assert hits["doc.pdf"].page == 2 and hits["note.md"].page is None

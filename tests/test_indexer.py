@@ -16,7 +16,8 @@ from loomcli.store import Store
 
 from .conftest import FIXTURES, write
 
-KEYS = ["added", "updated", "moved", "removed", "skipped", "failed", "duration_ms", "errors"]
+KEYS = ["added", "updated", "moved", "removed", "skipped", "failed", "duration_ms", "errors",
+        "skips"]
 
 
 def run(folder: Path, *, force: bool = False, cfg: config.Config | None = None) -> dict:
@@ -159,11 +160,13 @@ def test_bad_files_fail_with_reasons_and_the_rest_is_indexed(tmp_path, loom_home
     shutil.copytree(FIXTURES / "bad", bad)
     write(loom_home / "config.toml", "[ocr]\nenabled = false\n")  # as without Tesseract
     report = run(bad)
-    assert counts(report) == (1, 0, 0, 0, 0, 3)
+    assert counts(report) == (1, 0, 0, 0, 1, 2)
     reasons = {e["path"]: e["error"] for e in report["errors"]}
     assert "binary file" in reasons["binary-notes.txt"]
-    assert "no text layer" in reasons["scanned-receipt.pdf"]
     assert "damaged" in reasons["truncated.pdf"]
+    # A valid scan without OCR holds no text: skipped with the reason, not failed.
+    [skip] = report["skips"]
+    assert skip["path"] == "scanned-receipt.pdf" and "no text layer" in skip["reason"]
 
 
 def test_force_re_extracts(notes):
@@ -192,7 +195,8 @@ def test_only_files_under_the_scanned_roots_change(notes, tmp_path):
     assert len(indexed()) == 10
     (notes / "ideas.org").unlink()
     assert counts(run(other)) == (0, 0, 0, 0, 1, 0)  # notes/ not scanned: nothing removed
-    assert "notes/ideas.org" in indexed()
+    assert "ideas.org" in indexed()  # the first root's paths never gain a prefix
+    assert "other/x.md" in indexed()
 
 
 def test_rescan_without_folders_uses_the_indexed_roots(notes):

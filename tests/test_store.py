@@ -35,7 +35,8 @@ def test_open_missing_index_says_what_to_do(tmp_path):
 def test_wal_mode_and_migrations_recorded(store):
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
-    assert names == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks"]
+    assert names[:4] == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks"]
+    assert "007_stable_paths_and_skips" in names
 
 
 def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):
@@ -129,12 +130,54 @@ def test_get_range_never_breaks_a_character(store, offset, length):
     assert text[start:start + n].decode("utf-8") == got.content
 
 
-def test_paths_get_the_root_name_once_there_are_two_roots(store, tmp_path):
+def test_paths_stay_put_when_roots_come_and_go(store, tmp_path):
     assert store.display_path(1, "a.md") == "a.md"
     with store.transaction():
         other = store.ensure_root(tmp_path / "more" / "notes")
-    assert other.name == "notes-2"
-    assert store.display_path(1, "a.md") == "notes/a.md"
-    assert store.resolve("notes/a.md").relpath == "a.md"
+        store.add_file(other.id, "z.md", "note", 1, 1, b"z", Extracted("zed\n", "Z"))
+    assert (other.name, other.prefix) == ("notes-2", "notes-2")
+    assert store.display_path(1, "a.md") == "a.md"  # the first root's paths never move
+    assert store.display_path(other.id, "z.md") == "notes-2/z.md"
+    assert store.resolve("a.md").relpath == "a.md"
+    assert store.resolve("notes-2/z.md").relpath == "z.md"
     with pytest.raises(IndexMissingError):
-        store.resolve("notes/../notes/a.md")
+        store.resolve("notes-2/../a.md")
+    with store.transaction():
+        store.remove_root(1)
+        third = store.ensure_root(tmp_path / "third")
+    assert store.display_path(other.id, "z.md") == "notes-2/z.md"  # forgetting moves nothing
+    assert third.prefix == "third"
+
+
+def test_a_later_root_never_takes_a_first_folder_of_the_first_root(store, tmp_path):
+    with store.transaction():
+        root = store.roots()[0]
+        store.add_file(root.id, "notes/inner.md", "note", 1, 1, b"i", Extracted("i\n", "I"))
+        other = store.ensure_root(tmp_path / "elsewhere" / "notes")
+    assert other.prefix == "notes-2"
+
+
+def test_an_index_made_before_keeps_the_paths_it_showed(tmp_path):
+    import sqlite3
+
+    from loomcli.migrations import MIGRATIONS, migrate
+
+    for roots in (["/x/notes"], ["/x/notes", "/y/docs"]):
+        db = tmp_path / f"old{len(roots)}.db"
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+        for name, sql in MIGRATIONS[:4]:  # as loom made it before 007
+            for statement in sql.split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO migrations VALUES (?, 0)", (name,))
+        for i, path in enumerate(roots, 1):
+            conn.execute("INSERT INTO roots (id, path, name) VALUES (?, ?, ?)",
+                         (i, path, path.rsplit("/", 1)[1]))
+            conn.execute("INSERT INTO files (root_id, relpath, kind, size, mtime_ns, "
+                         "indexed_at) VALUES (?, 'a.md', 'note', 1, 1, 1)", (i,))
+        migrate(conn)
+        conn.close()
+        with Store.open(db) as old:
+            shown = [old.display_path(r.id, "a.md") for r in old.roots()]
+        assert shown == (["a.md"] if len(roots) == 1 else ["notes/a.md", "docs/a.md"])

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from xml.etree import ElementTree
 
-from loomcli.errors import ExtractionError
+from loomcli.errors import ExtractionError, NoTextError
 from loomcli.extract import IMAGES, Extracted, read_regular_file
 from loomcli.extract.ocr import INSTALL_HINT, OcrSettings, recognise
 
@@ -92,7 +92,7 @@ def _first_line(text: str, path: str) -> str:
 def _finish(text: str, title: str | None, path: str, kind: str,
             pages: list[int] | None = None) -> Extracted:
     if not text.strip():
-        raise ExtractionError(f"{kind} holds no text", "nothing to index in it")
+        raise NoTextError(f"{kind} holds no text", "nothing to index in it")
     return Extracted(text=text, title=(title or "").strip() or _first_line(text, path),
                      pages=pages, engine=kind.lower())
 

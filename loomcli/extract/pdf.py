@@ -12,19 +12,18 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
-from loomcli.errors import ExtractionError
+from loomcli.errors import ExtractionError, NoTextError
 from loomcli.extract import ACCESS_ERROR, Extracted, read_regular_file
 from loomcli.extract.ocr import INSTALL_HINT, OCR_DPI, OcrSettings, pgm, recognise
 
 # Control characters PDF producers leave in text (pdfium marks soft hyphens with \x02);
 # tab, newline and form feed are kept.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f\ufffe\uffff]")
-def _no_text(ocr_on: bool) -> ExtractionError:
+def _no_text(ocr_on: bool) -> NoTextError:
     if ocr_on:
-        return ExtractionError("PDF has no text, and OCR found none on its pages",
-                               "check [ocr] languages, or that the scan is legible")
-    return ExtractionError("PDF has no text layer (scanned or image-only pages)",
-                           INSTALL_HINT)
+        return NoTextError("PDF has no text, and OCR found none on its pages",
+                           "check [ocr] languages, or that the scan is legible")
+    return NoTextError("PDF has no text layer (scanned or image-only pages)", INSTALL_HINT)
 _ENCRYPTED = ExtractionError(
     "PDF is encrypted (password-protected)",
     "save an unprotected copy to index it",

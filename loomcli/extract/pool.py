@@ -92,7 +92,7 @@ def _worker(conn: Connection, parent: int) -> None:
         try:
             result: Any = extract_file(path, ocr, page_recognised)
         except ExtractionError as exc:
-            result = ExtractionError(exc.message, exc.hint)
+            result = type(exc)(exc.message, exc.hint)  # its kind too: NoTextError skips
         except MemoryError:
             result = _too_big()
         except Exception as exc:  # a parser bug must not stop the scan
