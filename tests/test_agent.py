@@ -107,6 +107,13 @@ def test_model_greps_reads_the_range_and_answers_quoting_it(kernel_notes, loom_h
     assert out["citations"] == ["admin/sysrq.rst"]
     assert [u["path"] for u in out["used"]] == ["admin/sysrq.rst"]
     assert len(chats) == 3  # grep, read, answer
+    # The quote is checked against what the tools returned, in `loom get` terms.
+    [quote] = out["quotes"]
+    assert quote["verified"] is True and quote["path"] == "admin/sysrq.rst"
+    got = loom("get", "admin/sysrq.rst", "--offset", str(quote["offset"]), "--length",
+               str(quote["length"]))
+    assert got.stdout.rstrip("\n") == SYSRQ.rstrip(".")  # the checker drops end marks
+    assert out["context"]["window_tokens"] > 0 and out["context"]["files_sent"] == 1
     # What the model got back is the MCP tools' JSON, byte for byte where it was not cut.
     from loomcli import config
     from loomcli.operations import Corpus
@@ -118,6 +125,24 @@ def test_model_greps_reads_the_range_and_answers_quoting_it(kernel_notes, loom_h
     read = [t for t in chats[2]["turns"] if t.role == "tool"][-1].result()
     assert read == tools.GET_FILE.call(corpus, out["steps"][1]["arguments"])
     assert not any(r.get("refused") for r in chats)
+
+
+def test_a_made_up_quote_is_marked_unverified(kernel_notes, loom_home):
+    def liar(turns: list[Turn], tools_offered: bool) -> list:
+        if not any(t.role == "tool" for t in turns):
+            return [Call("loom_grep", {"pattern": "SysRq"})]
+        return ['It says "the kernel reboots when you press Escape three times" '
+                "[admin/sysrq.rst]."]
+
+    with ToolLLM(liar) as llm:
+        configure(loom_home, "ollama", llm.url)
+        done = loom("ask", "--agent", "which key?")
+        as_json = json.loads(loom("ask", "--agent", "which key?", "--json").stdout)
+    assert 'unverified quote: "the kernel reboots when you press Escape three times"' \
+        in done.stdout
+    assert as_json["quotes"] == [{"text": "the kernel reboots when you press Escape three "
+                                  "times", "path": None, "offset": None, "length": None,
+                                  "page": None, "verified": False}]
 
 
 def test_steps_are_printed_on_stderr_as_they_happen(kernel_notes, loom_home):
