@@ -222,6 +222,23 @@ def test_a_repeated_call_is_answered_already_done_and_model_calls_are_capped(ker
     assert len(out["steps"]) == AGENT_MAX_CALLS - 1  # one grep, then "already done"
 
 
+def test_many_calls_in_one_answer_run_only_up_to_the_step_limit(kernel_notes, loom_home):
+    def greedy(turns: list[Turn], tools_offered: bool) -> list:
+        if not tools_offered or any(t.role == "tool" for t in turns):
+            return ["enough"]
+        return [Call("loom_search", {"query": f"q{i}"}) for i in range(40)]
+
+    with ToolLLM(greedy) as llm:
+        configure(loom_home, "anthropic", llm.url, max_steps=3)
+        out = json.loads(loom("ask", "--agent", "x?", "--json").stdout)
+        chats = llm.chats()
+    assert len(out["steps"]) == 3 and out["answer"] == "enough"
+    results = [t for t in chats[1]["turns"] if t.role == "tool"]
+    assert len(results) == 40  # every call has its result, as the API requires
+    assert sum(agent.NOT_RUN in t.content for t in results) == 37
+    assert not any(c.get("refused") for c in chats)
+
+
 def test_a_bad_tool_call_goes_back_to_the_model_as_an_error(kernel_notes, loom_home):
     def clumsy(turns: list[Turn], tools_offered: bool) -> list:
         results = [t.result() for t in turns if t.role == "tool"]
