@@ -148,7 +148,7 @@ def _byte_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]
     return out
 
 
-def assemble(store: Store, question: str, hits: list[Hit], *, top_k: int, budget: int,
+def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int, budget: int,
              head_chars: int, near: Near | None = None, tokens_max: int | None = None,
              rule: str = DEFAULT_RULE, estimate: Callable[[str], int] = tok.estimate
              ) -> Assembly:
