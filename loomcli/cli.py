@@ -659,8 +659,9 @@ def chat(
 
 @app.command("conversations")
 def conversations_cmd(
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many to list.")
-                     ] = 20,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", help="How many to list (default 20, at most 1000).",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the kept conversations, newest first (continue one with `loom ask --cid ID`)."""

@@ -43,6 +43,9 @@ class Behaviour:
     window: int | None = None
     model_length: int = 32768  # what /api/show advertises as the model's own length
     refuse_times: int | None = None  # llama.cpp: refuse only the first N long prompts
+    # Which OpenAI-compatible server tells the window, and where: "llama.cpp" (GET /props),
+    # "vllm" (GET /v1/models max_model_len), "lmstudio" (GET /api/v0/models).
+    told_by: str = "llama.cpp"
 
 
 class RecordingHandler(BaseHTTPRequestHandler):
@@ -87,9 +90,17 @@ class FakeLLM:
                 b = fake.behaviour
                 fake.requests.append({"path": self.path, "headers": dict(self.headers),
                                       "body": None})
-                if self.path == "/props" and b.window:
+                if self.path == "/props" and b.window and b.told_by == "llama.cpp":
                     self._json(200, {"default_generation_settings": {"n_ctx": b.window},
                                      "total_slots": 1})
+                elif self.path == "/v1/models" and b.window and b.told_by == "vllm":
+                    self._json(200, {"object": "list", "data": [
+                        {"id": "test-model", "object": "model", "max_model_len": b.window}]})
+                elif self.path == "/api/v0/models" and b.window and b.told_by == "lmstudio":
+                    self._json(200, {"object": "list", "data": [
+                        {"id": "other", "max_context_length": 999},
+                        {"id": "test-model", "type": "llm", "max_context_length": 32768,
+                         "loaded_context_length": b.window}]})
                 else:
                     self._json(404, {"error": {"message": "File Not Found"}})
 

@@ -107,6 +107,13 @@ def test_model_greps_reads_the_range_and_answers_quoting_it(kernel_notes, loom_h
     assert out["citations"] == ["admin/sysrq.rst"]
     assert [u["path"] for u in out["used"]] == ["admin/sysrq.rst"]
     assert len(chats) == 3  # grep, read, answer
+    # The quote is checked against what the tools returned, in `loom get` terms.
+    [quote] = out["quotes"]
+    assert quote["verified"] is True and quote["path"] == "admin/sysrq.rst"
+    got = loom("get", "admin/sysrq.rst", "--offset", str(quote["offset"]), "--length",
+               str(quote["length"]))
+    assert got.stdout.rstrip("\n") == SYSRQ.rstrip(".")  # the checker drops end marks
+    assert out["context"]["window_tokens"] > 0 and out["context"]["files_sent"] == 1
     # What the model got back is the MCP tools' JSON, byte for byte where it was not cut.
     from loomcli import config
     from loomcli.operations import Corpus
@@ -118,6 +125,24 @@ def test_model_greps_reads_the_range_and_answers_quoting_it(kernel_notes, loom_h
     read = [t for t in chats[2]["turns"] if t.role == "tool"][-1].result()
     assert read == tools.GET_FILE.call(corpus, out["steps"][1]["arguments"])
     assert not any(r.get("refused") for r in chats)
+
+
+def test_a_made_up_quote_is_marked_unverified(kernel_notes, loom_home):
+    def liar(turns: list[Turn], tools_offered: bool) -> list:
+        if not any(t.role == "tool" for t in turns):
+            return [Call("loom_grep", {"pattern": "SysRq"})]
+        return ['It says "the kernel reboots when you press Escape three times" '
+                "[admin/sysrq.rst]."]
+
+    with ToolLLM(liar) as llm:
+        configure(loom_home, "ollama", llm.url)
+        done = loom("ask", "--agent", "which key?")
+        as_json = json.loads(loom("ask", "--agent", "which key?", "--json").stdout)
+    assert 'unverified quote: "the kernel reboots when you press Escape three times"' \
+        in done.stdout
+    assert as_json["quotes"] == [{"text": "the kernel reboots when you press Escape three "
+                                  "times", "path": None, "offset": None, "length": None,
+                                  "page": None, "verified": False}]
 
 
 def test_steps_are_printed_on_stderr_as_they_happen(kernel_notes, loom_home):
@@ -195,6 +220,23 @@ def test_a_repeated_call_is_answered_already_done_and_model_calls_are_capped(ker
     assert len(chats) == AGENT_MAX_CALLS
     assert "tools" not in chats[-1]["body"] and out["answer"] == "gave up"
     assert len(out["steps"]) == AGENT_MAX_CALLS - 1  # one grep, then "already done"
+
+
+def test_many_calls_in_one_answer_run_only_up_to_the_step_limit(kernel_notes, loom_home):
+    def greedy(turns: list[Turn], tools_offered: bool) -> list:
+        if not tools_offered or any(t.role == "tool" for t in turns):
+            return ["enough"]
+        return [Call("loom_search", {"query": f"q{i}"}) for i in range(40)]
+
+    with ToolLLM(greedy) as llm:
+        configure(loom_home, "anthropic", llm.url, max_steps=3)
+        out = json.loads(loom("ask", "--agent", "x?", "--json").stdout)
+        chats = llm.chats()
+    assert len(out["steps"]) == 3 and out["answer"] == "enough"
+    results = [t for t in chats[1]["turns"] if t.role == "tool"]
+    assert len(results) == 40  # every call has its result, as the API requires
+    assert sum(agent.NOT_RUN in t.content for t in results) == 37
+    assert not any(c.get("refused") for c in chats)
 
 
 def test_a_bad_tool_call_goes_back_to_the_model_as_an_error(kernel_notes, loom_home):

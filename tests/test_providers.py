@@ -127,6 +127,14 @@ def test_llama_cpp_window_from_props(loom_home, llm):
         4096, "llama.cpp /props")
 
 
+@pytest.mark.parametrize("told_by,source", [("vllm", "vllm /v1/models"),
+                                            ("lmstudio", "lm studio /api/v0/models")])
+def test_vllm_and_lm_studio_windows(loom_home, llm, told_by, source):
+    llm.behaviour.window, llm.behaviour.told_by = 6144, told_by
+    assert provider(loom_home, "openai", llm.url + "/v1").window() == providers.Window(
+        6144, source)
+
+
 def test_openai_without_a_told_window_is_the_default(loom_home, llm):
     assert provider(loom_home, "openai", llm.url).window() == providers.Window(
         providers.DEFAULT_WINDOW, "default")

@@ -24,7 +24,7 @@ from loomcli.ask.assemble import (
     FileAccount,
     Near,
     UsedFile,
-    assemble,
+    assemble_blocks,
     page_label,
     question_block,
 )
@@ -120,9 +120,10 @@ def build_prompt(store: Store, question: str, hits: list[Hit], *, top_k: int, bu
     `window`: the token budget it must fit (None: only the character bounds)."""
     from loomcli.ask.assemble import DEFAULT_RULE
 
-    done = assemble(store, question, hits, top_k=top_k, budget=budget, head_chars=head_chars,
-                    near=near, tokens_max=window.prompt_tokens if window else None,
-                    rule=rule or DEFAULT_RULE)
+    done = assemble_blocks(store, question, hits, top_k=top_k, budget=budget,
+                           head_chars=head_chars, near=near,
+                           tokens_max=window.prompt_tokens if window else None,
+                           rule=rule or DEFAULT_RULE)
     if not done.used:
         return None
     return Prompt(INSTRUCTIONS, "\n".join(done.blocks) + "\n" + question_block(question),

@@ -37,6 +37,7 @@ language of the question."""
 LAST_CALL = ("No more tools now: answer the question from what the tools returned above, "
              "quoting and citing as instructed.")
 REPEATED = "already done, see above"
+NOT_RUN = "not run: the step limit is reached; answer from what you have"
 SHORT_RESULT_CHARS = 600  # an older result shortened to this before it is folded
 MIN_RESULT_CHARS = 300  # the newest result is never cut below this
 MESSAGE_OVERHEAD_TOKENS = 8  # role and framing of one message
@@ -160,6 +161,10 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
             return out
         messages.append(Message("assistant", said, tool_calls=calls))
         for call in calls:
+            if len(out.steps) >= limits.max_steps:  # many calls in one answer: the rest wait
+                messages.append(Message("tool", tools.dumps({"note": NOT_RUN}),
+                                        tool_call_id=call.id, name=call.name))
+                continue
             step, content = _run_tool(corpus, call, done, limits.result_chars, out.returned)
             out.steps.append(step)
             messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))

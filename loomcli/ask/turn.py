@@ -76,15 +76,14 @@ def model_text(provider: Provider, window: int | None
 
 
 def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
-        conv: Conversation | None,
-        settings: Settings, *, store: Conversations | None,
+        conv: Conversation | None, settings: Settings, *, store: Conversations | None,
         on_text: Callable[[str], None] | None = None,
         on_step: Callable[[agent.Step], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.perf_counter) -> ask.Answer:
     """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
     turn in `store` (None: keep nothing). `get_provider` is called only when a model is
-    (a plain ask that matches nothing needs none)."""
+    needed (a plain ask that matches nothing needs none)."""
     recalled = history.Recall()
     provider = None
     plan = None
@@ -103,11 +102,11 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
                 on_warning(f"{provider.model} takes no tools ({exc.message}); asking "
                            "without --agent")
     if result is None:
+        earlier = recalled if recalled.turns or recalled.summary else None
         result = corpus.ask_once(question, settings.top_k, provider=provider or get_provider,
-                                 on_text=on_text, clock=clock,
-                            mode=settings.mode, on_warning=on_warning,
-                            retrieve_with=history.retrieval_text(conv, question),
-                            recalled=recalled if recalled.turns or recalled.summary else None)
+                                 on_text=on_text, mode=settings.mode, on_warning=on_warning,
+                                 clock=clock, recalled=earlier,
+                                 retrieve_with=history.retrieval_text(conv, question))
         if not result.used:
             return result  # nothing matched, nothing asked: nothing to keep
     if store is not None:

