@@ -353,8 +353,17 @@ class Api:
         from loomcli import ask, providers
 
         # Everything that can fail before the first piece fails here, with its status.
-        provider = await self.run(lambda: providers.from_config(corpus.config))
-        prompt = await self.run(lambda: corpus.prompt(question, top_k, mode, provider=provider))
+        def prepare() -> tuple[Any, Any]:
+            try:
+                provider = providers.from_config(corpus.config)
+            except LoomError:
+                provider = None  # fine when nothing matches; raised below when something does
+            prompt = corpus.prompt(question, top_k, mode, provider=provider)
+            if prompt is not None and provider is None:
+                providers.from_config(corpus.config)
+            return provider, prompt
+
+        provider, prompt = await self.run(prepare)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
         def work() -> None:

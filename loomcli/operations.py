@@ -596,12 +596,19 @@ class Corpus:
         from loomcli import ask, providers
 
         started = clock()
-        provider = provider or providers.from_config(self.config)
+        unusable: LoomError | None = None  # no LLM configured: fine when nothing matches
+        if provider is None:
+            try:
+                provider = providers.from_config(self.config)
+            except LoomError as exc:
+                unusable = exc
         prompt = prepared or self.prompt(question, top_k, mode, provider=provider, clock=clock)
         for warning in prompt.warnings if prompt and on_warning else ():
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
+        if unusable is not None or provider is None:
+            raise unusable or QueryError("no LLM provider")
         result = ask.answer(prompt, provider, on_text, clock=clock, rebuild=lambda b: self.prompt(
             question, top_k, mode, provider=provider, window=b, clock=clock))
         result.timings["total_ms"] = round((clock() - started) * 1000, 1)
