@@ -187,6 +187,55 @@ class Status:
                 "engines": self.engines}
 
 
+@dataclass
+class Setting:
+    """One config key as loom uses it: its value and where that comes from (`file`, or
+    `default`; a key with no default and no value is `unset`)."""
+
+    key: str
+    value: Any
+    origin: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _default(cfg: Config, key: str) -> Any:
+    """The value loom uses for an unset key, where it depends on others (the endpoint on
+    the provider) or on the machine (OCR on when Tesseract is installed)."""
+    from loomcli.config import SCHEMA
+
+    if key == "db_path":
+        return str(cfg.db_path)
+    if key in ("llm.endpoint", "llm.api_key_env"):
+        from loomcli import providers
+
+        table = (providers.DEFAULT_ENDPOINTS if key == "llm.endpoint"
+                 else providers.DEFAULT_KEY_ENV)
+        return table.get(cfg.get("llm.provider"))
+    if key in ("embeddings.provider", "embeddings.model"):
+        from loomcli import embeddings
+
+        chosen = embeddings.settings(cfg)
+        return chosen.provider if key == "embeddings.provider" else chosen.model
+    if key in ("ocr.enabled", "ocr.languages"):
+        from loomcli.extract import ocr
+
+        reader = ocr.settings(cfg.get("ocr.enabled"), cfg.get("ocr.languages"))
+        return reader.enabled if key == "ocr.enabled" else (reader.languages or None)
+    return cfg.get(key) if key in SCHEMA else None
+
+
+def setting(cfg: Config, key: str) -> Setting:
+    from loomcli.config import check_key
+
+    check_key(key)
+    if cfg.origin(key) == "file":
+        return Setting(key, cfg.get(key), "file")
+    value = _default(cfg, key)
+    return Setting(key, value, "unset" if value is None else "default")
+
+
 def _is_continuation(b: int) -> bool:
     return (b & 0xC0) == 0x80
 
@@ -306,6 +355,14 @@ class Corpus:
                 yield store
             except sqlite3.DatabaseError as exc:  # damaged, full, read-only: say what to do
                 raise explain(exc, self.index_path) from None
+
+    # -- config -------------------------------------------------------------------------
+
+    def settings(self) -> list[Setting]:
+        """Every key loom knows, with its value and origin (`loom config list`)."""
+        from loomcli.config import SCHEMA
+
+        return [setting(self.config, key) for key in SCHEMA]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -635,13 +692,17 @@ class Corpus:
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
-            on_warning: Callable[[str], None] | None = None) -> Answer:
-        """One LLM call over the best files. Nothing matching: an empty Answer (no call)."""
+            on_warning: Callable[[str], None] | None = None, model: Any = None) -> Answer:
+        """One LLM call over the best files. Nothing matching: an empty Answer (no call).
+        `model`: this call's model instead of [llm] model."""
         from loomcli import ask, providers
+
+        cfg = self.config if model is None else self.config.with_value(
+            "llm.model", _text("model", model))
 
         prompt = self.prompt(question, top_k, mode)
         for warning in prompt.warnings if prompt and on_warning else ():
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
-        return ask.answer(prompt, provider or providers.from_config(self.config), on_text)
+        return ask.answer(prompt, provider or providers.from_config(cfg), on_text)
