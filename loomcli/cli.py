@@ -557,53 +557,171 @@ def grep(
     raise typer.Exit(0 if found else 1)
 
 
+AgentOpt = Annotated[bool | None, typer.Option(
+    "--agent/--no-agent", help="Let the model search, grep and read with loom's tools "
+    "(default [ask] agent).", show_default=False)]
+ContinueOpt = Annotated[bool, typer.Option(
+    "--continue", "-c", help="Continue the last conversation.")]
+CidOpt = Annotated[str | None, typer.Option(
+    "--cid", metavar="ID", help="Continue the conversation ID (`loom conversations`).",
+    show_default=False)]
+TopKOpt = Annotated[int | None, typer.Option(
+    "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
+    show_default=False)]
+
+
 @app.command()
 def ask(
     question: Annotated[list[str], typer.Argument(help="The question, in any language.")],
-    top_k: Annotated[int | None, typer.Option(
-        "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
-        show_default=False)] = None,
+    top_k: TopKOpt = None,
     show_context: Annotated[bool, typer.Option(
-        "--show-context", help="Print exactly what would be sent; call nothing.")] = False,
+        "--show-context", help="Print the context line and exactly what would be sent; "
+        "call nothing.")] = False,
     mode: ModeOpt = None,
     model: Annotated[str | None, typer.Option(
         "--model", "-m", help="The model for this question (default: [llm] model).",
         show_default=False)] = None,
+    agent: AgentOpt = None,
+    cont: ContinueOpt = False,
+    cid: CidOpt = None,
     as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Print the context line and each stage's time on stderr.")
+    ] = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
     corpus = _corpus()
     text = " ".join(question).strip()
     if not text:
         raise LoomError("the question is empty", 'ask something: loom ask "…"')
+    conversation = corpus.conversation_for(cid, cont)
     if show_context:
-        prompt = corpus.prompt(text, top_k, mode)
+        if corpus.agent_on(agent):
+            _out(corpus.agent_request(text, conversation_id=conversation), end="")
+            return
+        prompt = corpus.prompt(text, top_k, mode, conversation_id=conversation)
         for warning in prompt.warnings if prompt else ():
             _err(f"warning: {warning}")
         if prompt is None:
             _err("no indexed file matches the question; nothing would be sent")
             raise typer.Exit(1)
+        _out(prompt.header_line())
         _out(prompt.render(), end="")
         return
+    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json, verbose,
+                     model=model):
+        raise typer.Exit(1)
+
+
+def _show_step(step: Any) -> None:
+    sys.stderr.write(step.line() + "\n")
+    sys.stderr.flush()
+
+
+def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
+              agent: bool | None, conversation: str | None, as_json: bool,
+              verbose: bool = False, model: str | None = None) -> str | None:
+    """Ask, stream the answer, list its sources; the conversation's id (None: no match).
+    `model`: this question's model (`-m`) instead of [llm] model."""
 
     def stream(piece: str) -> None:
         _out(piece, end="")
 
     result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
-                        on_warning=lambda w: _err(f"warning: {w}"), model=model)
-    if not result.used:
+                        on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
+                        conversation_id=conversation,
+                        on_step=_show_step, model=model)
+    if not result.used and not result.steps and not result.answer:
         _err("no indexed file matches the question; nothing was sent to the LLM")
-        raise typer.Exit(1)
+        return None
+    if verbose:
+        _verbose_ask(result)
     if as_json:
         _print_json(result.to_dict())
-        return
-    titles = {u.path: u.title for u in result.used}
-    lines = ["", "", "Sources:"]
+        return result.conversation_id
+    from loomcli.ask import page_label
+
+    by_path = {u.path: u for u in result.used}
+    lines = [""]
+    lines += [f"unverified quote: \"{_shorten(q.text)}\"" for q in result.quotes
+              if not q.verified]
+    lines += ["", "Sources:"]
     if result.citations:
-        lines += [f"  [{_shown(p)}] {titles[p]}" for p in result.citations]
-    else:
+        for p in result.citations:
+            pages = page_label(by_path[p].pages)
+            lines.append(f"  [{_shown(p)}{' ' + pages if pages else ''}] {by_path[p].title}")
+    elif result.used:
         lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
+    else:
+        lines.append("  (none cited)")
     _out("\n".join(lines))
+    return result.conversation_id
+
+
+@app.command()
+def chat(
+    top_k: TopKOpt = None,
+    mode: ModeOpt = None,
+    agent: AgentOpt = None,
+    cont: ContinueOpt = False,
+    cid: CidOpt = None,
+) -> None:
+    """Ask in a loop, each question a follow-up of the last (`exit` or Ctrl-D ends)."""
+    corpus = _corpus()
+    conversation = corpus.conversation_for(cid, cont)
+    prompt = "> " if sys.stdin.isatty() else ""
+    if prompt:
+        _err("chatting with your notes; type exit or press Ctrl-D to end")
+    while True:
+        if prompt:
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line:  # Ctrl-D, or the end of piped questions
+            break
+        text = line.strip()
+        if text in ("exit", "quit"):
+            break
+        if not text:
+            continue
+        conversation = _ask_once(corpus, text, top_k, mode, agent, conversation,
+                                 False) or conversation
+        _out("")
+
+
+@app.command("conversations")
+def conversations_cmd(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many to list.")
+                     ] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the kept conversations, newest first (continue one with `loom ask --cid ID`)."""
+    import time
+
+    found = _corpus().conversations(limit)
+    if as_json:
+        _print_json({"conversations": [c.to_dict() for c in found]})
+        return
+    for c in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
+        _out(f"{c.id}  {when}  {len(c.turns):>3} turns  {_shown(c.title)}")
+
+
+def _shorten(text: str, chars: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= chars else flat[:chars - 1] + "…"
+
+
+def _verbose_ask(result: Any) -> None:
+    c = result.context
+    if c:
+        sys.stderr.write(f"loom: context: window {c['window_tokens']:,} tokens "
+                         f"({c['source']}), prompt ~{c['prompt_tokens']:,}, answer "
+                         f"{c['answer_tokens']:,} reserved; {c['files_sent']} files sent, "
+                         f"{c['files_left_out']} left out\n")
+    t = result.timings
+    sys.stderr.write("loom: timings: " + ", ".join(
+        f"{k.removesuffix('_ms')} {v:,.0f} ms" for k, v in t.items()) + "\n")
 
 
 @app.command()
@@ -626,13 +744,15 @@ def serve(
     processes: Annotated[int | None, typer.Option(
         "--processes", min=1, max=64, help="Server processes sharing the port (default: "
         "one per core, at most 4).", show_default=False)] = None,
+    open_page: Annotated[bool, typer.Option(
+        "--open", help="Open the web page in the default browser.")] = False,
 ) -> None:
-    """Serve loom's operations as JSON over HTTP."""
+    """Serve loom's operations as JSON over HTTP, and a web page at /."""
     from loomcli import config, http_server
 
     _corpus()  # a broken config fails here, at start; its warnings are shown once
     http_server.serve(lambda: config.load(State.config_override), host, port, corpus_root,
-                      processes)
+                      processes, open_page=open_page)
 
 
 @app.command()

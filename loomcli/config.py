@@ -34,9 +34,13 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "llm.endpoint": (str, None),
     "llm.api_key_env": (str, None),
     "llm.timeout_s": ((int, float), 120),
+    "llm.context_tokens": (int, None),  # None: learned from the server, else a known table
+    "llm.max_answer_tokens": (int, None),  # None: sized to the window
     "ask.top_k": (int, 5),
     "ask.file_budget_chars": (int, 8000),
     "ask.head_chars": (int, 1200),
+    "ask.agent": (bool, False),  # loom ask investigates with tools (--agent) by default
+    "ask.max_steps": (int, 6),  # tool calls an agent ask may run
     "embeddings.enabled": (bool, False),
     "embeddings.provider": (str, None),
     "embeddings.model": (str, None),

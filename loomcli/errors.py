@@ -66,6 +66,15 @@ class ProviderError(LoomError):
     """The LLM endpoint is unreachable or refused the request."""
 
 
+class ContextExceeded(ProviderError):
+    """The server refused the prompt as longer than the model's window (HTTP 400/413)."""
+
+
+class ToolsUnsupported(ProviderError):
+    """The model or server does not take tool definitions (Ollama's "does not support
+    tools", an OpenAI-compatible server rejecting `tools`)."""
+
+
 class IndexStateError(LoomError):
     """The index file cannot be used as it is: damaged, foreign, newer, unwritable, full."""
 

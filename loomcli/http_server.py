@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from loomcli import __version__
+from loomcli import __version__, webpage
 from loomcli.config import Config
 from loomcli.errors import (
     BusyError,
@@ -52,6 +52,7 @@ MAX_JSON_DEPTH = 32
 WORKERS = 8  # client work in threads at once; more requests wait their turn
 IDLE_TIMEOUT_S = 5  # a connection with no request in flight is closed after this
 GRACEFUL_SHUTDOWN_S = 30
+SCAN_PROGRESS_EVERY_S = 0.1  # a streamed scan's progress lines, at most this often
 # Server processes by default: one per core, at most this many. Measured on 2 cores with
 # 50 clients: one process used 1.1 cores (its interpreter lock), two use both.
 PROCESSES_MAX = 4
@@ -173,7 +174,8 @@ class Guard:
         if len(headers.getlist("origin")) > 1 or not s.origin_ok(headers.get("origin")):
             raise HttpError(403, "requests from web pages of other origins are refused "
                                  "(list trusted ones in [http] allowed_origins)")
-        if not s.authorized(headers.get("authorization")):
+        if not s.authorized(headers.get("authorization")) and not webpage.is_public(
+                scope["method"], scope["path"], headers.get("accept")):
             raise HttpError(401, "missing or wrong bearer token",
                             {"WWW-Authenticate": 'Bearer realm="loom"'})
         lengths = headers.getlist("content-length")
@@ -240,6 +242,21 @@ def _check_value(value: Any, where: str, depth: int) -> None:
             _check_value(v, where, depth + 1)
 
 
+def _throttled(progress: Callable[[int, int, str], None]) -> Callable[[int, int, str], None]:
+    """A scan's progress at most every SCAN_PROGRESS_EVERY_S, and its last step: a client
+    watching a scan of 100,000 files gets a few lines a second, not 100,000."""
+    import time
+
+    last = [float("-inf")]
+
+    def report(done: int, total: int, path: str) -> None:
+        now = time.monotonic()
+        if done >= total or now - last[0] >= SCAN_PROGRESS_EVERY_S:
+            last[0] = now
+            progress(done, total, path)
+    return report
+
+
 def _status_of(exc: LoomError) -> int:
     return next((code for kind, code in STATUS if isinstance(exc, kind)), 400)
 
@@ -299,7 +316,8 @@ class Api:
             Route("/files", files, methods=["GET"]),
             Route("/search", post(lambda b: self.corpus(b.get("corpus")).search(
                 self.required(b, "query"), b.get("limit"),
-                b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"))), methods=["POST"]),
+                b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"),
+                b.get("prefix", False))), methods=["POST"]),
             Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
@@ -307,10 +325,21 @@ class Api:
             Route("/file", post(lambda b: self.corpus(b.get("corpus")).get(
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),
-            Route("/scan", post(lambda b: self.corpus(b.get("corpus")).scan(
-                force=b.get("force", False)), timed=False), methods=["POST"]),
+            Route("/pages", post(lambda b: self.corpus(b.get("corpus")).pages(
+                self.required(b, "path"))), methods=["POST"]),
+            Route("/scan", self.scan, methods=["POST"]),
             Route("/ask", self.ask, methods=["POST"]),
         ]
+
+    async def status(self, request: Any) -> Any:
+        """GET /status: `loom status --json` and the failed files with their reasons (the
+        web page's status view; a browser navigating there gets the page: webpage.py)."""
+        name = request.query_params.get("corpus")
+
+        def work() -> dict[str, Any]:
+            corpus = self.corpus(name)
+            return {**corpus.status().to_dict(), "failures": corpus.failures()}
+        return await self.respond(work)
 
     async def respond(self, work: Callable[[], dict[str, Any]], *, timed: bool = True) -> Any:
         """Run the work in the pool; a read that overruns `[http] request_timeout_s` is
@@ -330,6 +359,51 @@ class Api:
                             {"Retry-After": "1"}) from None
         return Response(_json_bytes(payload), media_type="application/json; charset=utf-8")
 
+    async def scan(self, request: Any) -> Any:
+        data = await read_json(request)
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")
+        corpus = self.corpus(data.get("corpus"))
+        force = data.get("force", False)
+        if not stream:
+            return await self.respond(lambda: corpus.scan(force=force).to_dict(), timed=False)
+        await self.run(corpus.roots_for)  # a missing folder fails here, with its status
+        return self.stream(lambda emit: corpus.scan(force=force, progress=_throttled(
+            lambda done, total, path: emit({"progress": {"done": done, "total": total,
+                                                         "path": path}}))).to_dict(),
+            "scan")
+
+    def stream(self, work: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]],
+               what: str) -> Any:
+        """NDJSON: the events `work` emits as it goes, then {"done": true, **its result},
+        or {"error": message} when it fails mid-way."""
+        import anyio
+        from starlette.responses import StreamingResponse
+
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
+
+        def run() -> None:
+            def emit(event: dict[str, Any]) -> None:
+                anyio.from_thread.run(send.send, event)
+
+            try:
+                emit({"done": True, **work(emit)})
+            except LoomError as exc:
+                sys.stderr.write(f"loom serve: {what}: {exc}\n")
+                emit({"error": scrub(str(exc))})
+            finally:
+                anyio.from_thread.run(send.aclose)
+
+        async def lines() -> AsyncIterator[bytes]:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: self.run(run))
+                async with receive:
+                    async for event in receive:
+                        yield _json_bytes(event) + b"\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
     async def ask(self, request: Any) -> Any:
         data = await read_json(request)
         stream = data.get("stream", False)
@@ -337,36 +411,48 @@ class Api:
             raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")
         corpus = self.corpus(data.get("corpus"))
         question, top_k = self.required(data, "question"), data.get("top_k")
-        mode = data.get("mode")
+        mode, agent, cid = data.get("mode"), data.get("agent"), data.get("conversation_id")
         if not stream:
-            return await self.respond(lambda: corpus.ask(question, top_k, mode=mode).to_dict(),
-                                      timed=False)
-        return await self.ask_stream(corpus, question, top_k, mode)
+            return await self.respond(lambda: corpus.ask(
+                question, top_k, mode=mode, agent=agent, conversation_id=cid).to_dict(),
+                timed=False)
+        return await self.ask_stream(corpus, question, top_k, mode, agent, cid)
 
-    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any) -> Any:
+    async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any,
+                         agent: Any = None, cid: Any = None) -> Any:
         """NDJSON: {"text": piece} lines as the LLM writes, then {"done": true, answer,
-        citations, used}, or {"error": message} when the LLM fails mid-way."""
+        citations, used, sources, quotes, context, timings, conversation_id, steps}, or
+        {"error": message} when the LLM fails mid-way. An agent ask also sends {"step":
+        {tool, arguments, result_chars, ms}} as each tool runs."""
         import anyio
         from starlette.responses import StreamingResponse
 
-        from loomcli import ask, providers
+        from loomcli import providers
 
         # Everything that can fail before the first piece fails here, with its status.
-        prompt = await self.run(lambda: corpus.prompt(question, top_k, mode))
-        provider = providers.from_config(corpus.config) if prompt is not None else None
+        provider = await self.run(lambda: providers.from_config(corpus.config))
+        cid = await self.run(lambda: corpus.check_ask(question, top_k, mode, agent, cid))
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
         def work() -> None:
             def piece(text: str) -> None:
                 anyio.from_thread.run(send.send, {"text": text})
 
+            def step(done: Any) -> None:
+                anyio.from_thread.run(send.send, {"step": done.to_dict()})
+
             try:
-                result = ask.Answer("", [], []) if prompt is None or provider is None \
-                    else ask.answer(prompt, provider, piece)
+                result = corpus.ask(question, top_k, mode=mode, agent=agent,
+                                    conversation_id=cid, provider=provider, on_text=piece,
+                                    on_step=step)
                 anyio.from_thread.run(send.send, {"done": True, **result.to_dict()})
             except LoomError as exc:
                 sys.stderr.write(f"loom serve: ask: {exc}\n")
                 anyio.from_thread.run(send.send, {"error": scrub(str(exc))})
+            except Exception as exc:  # a bug: the stream still ends with its error line
+                sys.stderr.write(f"loom serve: ask: internal error: {exc!r}\n")
+                anyio.from_thread.run(send.send, {"error": "internal error — see the "
+                                                  "server's log"})
             finally:
                 anyio.from_thread.run(send.aclose)
 
@@ -389,7 +475,9 @@ def build_app(load_config: Callable[[], Config], settings: Settings,
     from starlette.routing import Route
 
     api = Api(load_config, corpus_root)
-    routes = api.routes()
+    # The API's routes, then the page's: GET on the page's paths (only /status has a GET
+    # in the API, which the page's route hands JSON requests to). webpage.py says how.
+    routes = api.routes() + webpage.routes({"/status": api.status})
     lifespan = None
     if corpus_root is None:
         from mcp.server.transport_security import TransportSecuritySettings
@@ -512,9 +600,11 @@ def reloading(load_config: Callable[[], Config]) -> Callable[[], Config]:
 
 
 def serve(load_config: Callable[[], Config], host: str, port: int,
-          corpus_root: Path | None = None, processes: int | None = None) -> None:
+          corpus_root: Path | None = None, processes: int | None = None, *,
+          open_page: bool = False) -> None:
     """Serve until SIGINT/SIGTERM. `processes`: server processes sharing the socket (by
-    default one per core, at most PROCESSES_MAX; one where there is no fork)."""
+    default one per core, at most PROCESSES_MAX; one where there is no fork).
+    `open_page`: open the web page in the default browser once listening."""
     if processes is None:
         processes = min(os.cpu_count() or 1, PROCESSES_MAX) if hasattr(os, "fork") else 1
     load_config = reloading(load_config)
@@ -557,6 +647,8 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
                      f"{' (token required)' if settings.token else ''}"
                      f"{f' ({processes} processes)' if processes > 1 else ''}\n")
     sys.stderr.flush()
+    if open_page:
+        webpage.open_in_browser(host, bound_port)
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:

@@ -9,10 +9,10 @@ No match is an empty result (no hits, no matches, an empty answer with nothing u
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from loomcli import __version__
+from loomcli import __version__, tools
 from loomcli.errors import LoomError
 from loomcli.operations import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, Corpus
 
@@ -22,6 +22,16 @@ are about something (ranked, with excerpts); use loom_grep for exact strings suc
 invoice numbers, error codes or names, then loom_get_file with the returned offset to read \
 a few KB around the hit instead of the whole file; loom_ask when the user wants an answer \
 written by their own LLM from their notes; loom_scan after files changed."""
+
+
+@dataclass
+class _Result:
+    """A tool's JSON result where `call` expects an operation's result."""
+
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
 
 
 def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
@@ -42,51 +52,49 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         except LoomError as exc:
             raise ToolError(str(exc)) from None
 
-    @server.tool(description=(
-        "Rank the user's notes and PDFs by relevance to a query: BM25, fused with meaning "
-        "(passage embeddings, any language) when the user enabled embeddings. Returns hits "
-        "with path, title, score, a snippet, content_len (bytes), match (bm25, semantic or "
-        "both) and content: the whole text when short, else the head plus the passage best "
-        "matching the query, about excerpt_chars long. mode: auto (default), bm25, semantic "
-        "or hybrid. Any text is a valid query; questions in the user's own words work. For "
-        "exact codes or strings use loom_grep instead."))
+    # The reading tools are defined once in loomcli.tools (the agent offers the same);
+    # their signatures here give the SDK the same argument schema (a test compares them).
+    def reading(tool: tools.Tool, args: dict[str, Any]) -> Any:
+        return call(lambda corpus: _Result(tool.run(corpus, args)))
+
+    @server.tool(description=tools.SEARCH.description)
     async def loom_search(query: str, limit: int = SEARCH_LIMIT,
                           excerpt_chars: int = EXCERPT_CHARS,
                           mode: str = "auto") -> dict[str, Any]:
-        return await call(Corpus.search, query, limit, excerpt_chars, mode)
+        return await reading(tools.SEARCH, {"query": query, "limit": limit,
+                                            "excerpt_chars": excerpt_chars, "mode": mode})
 
-    @server.tool(description=(
-        "Find exact strings or RE2 regular expressions (case-insensitive unless "
-        "case_sensitive) in every indexed file, or one (path), or those matching gitignore-"
-        "style globs. One result per matching line: path, line, byte offset, PDF page, the "
-        "line, and `context` lines around it; at most `limit` (50, max 500), `truncated` "
-        "when cut. Then call loom_get_file(path, offset=offset - 500, length=2000) to read "
-        "around a hit."))
+    @server.tool(description=tools.GREP.description)
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,
                         context: int = 0, case_sensitive: bool = False,
                         limit: int = GREP_LIMIT) -> dict[str, Any]:
-        return await call(Corpus.grep, pattern, path=path, globs=glob,
-                          context=context, case_sensitive=case_sensitive, limit=limit)
+        return await reading(tools.GREP, {"pattern": pattern, "path": path, "glob": glob,
+                                          "context": context,
+                                          "case_sensitive": case_sensitive, "limit": limit})
 
-    @server.tool(description=(
-        "Read a file's extracted text, or a byte range of it (offset and length in bytes of "
-        "the UTF-8 text; clamped to the text, never a broken character). Returns path, "
-        "offset, length (what was returned), content_len and content. Paths are as "
-        "loom_list_files, loom_search and loom_grep show them. Prefer a length of a few "
-        "thousand bytes around a grep offset over reading a whole long PDF."))
+    @server.tool(description=tools.GET_FILE.description)
     async def loom_get_file(path: str, offset: int = 0,
                             length: int | None = None) -> dict[str, Any]:
-        return await call(Corpus.get, path, offset, length)
+        return await reading(tools.GET_FILE, {"path": path, "offset": offset,
+                                              "length": length})
 
     @server.tool(description=(
         "Answer a question from the user's notes with the user's configured LLM, in one "
         "call: the top_k best files are sent as their head plus the passage that answers. "
-        "Returns answer, citations (paths the answer cites) and used (files sent); when no "
-        "file matches, nothing is sent and answer is empty. top_k defaults to the user's "
-        "[ask] top_k."))
-    async def loom_ask(question: str, top_k: int | None = None,
-                       mode: str = "auto") -> dict[str, Any]:
-        return await call(Corpus.ask, question, top_k, mode=mode)
+        "The prompt fits the model's context window. Returns answer, citations (paths the "
+        "answer cites), used (files sent), sources (cited files with the pages and byte "
+        "spans sent), quotes (each quoted passage: path, offset, length, page, verified), "
+        "context (window_tokens, prompt_tokens, answer_tokens, source, files_sent, "
+        "files_left_out) and timings; when no file matches, nothing is sent and answer is "
+        "empty. top_k defaults to the user's [ask] top_k. agent: let the LLM search, grep "
+        "and read in a bounded loop (steps lists each tool it ran; default [ask] agent). "
+        "Each answer is kept as a turn of a conversation: pass the returned "
+        "conversation_id to ask a follow-up."))
+    async def loom_ask(question: str, top_k: int | None = None, mode: str = "auto",
+                       agent: bool | None = None,
+                       conversation_id: str | None = None) -> dict[str, Any]:
+        return await call(Corpus.ask, question, top_k, mode=mode, agent=agent,
+                          conversation_id=conversation_id)
 
     @server.tool(description=(
         "Bring the index up to date with the folders it covers (incremental: only changed "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -22,10 +23,11 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loomcli.config import Config
-from loomcli.errors import IndexMissingError, LoomError, QueryError
+from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
+    from loomcli.ask.window import Budget
     from loomcli.grep import GrepResult, Match
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 # Defaults and limits of every edge.
 SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
 GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
+FAILURES_SHOWN = 200  # failed files listed by `failures()` (the count in status is whole)
 GREP_CONTEXT_MAX = 50
 # The CLI's case rule when no flag is given: ignore case unless the pattern holds an
 # upper-case letter (ripgrep's -S). A lower-case pattern finds what loom 0.1 found; a
@@ -42,6 +45,7 @@ GREP_CASE = "smart"
 EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
 EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
+ASK_CANDIDATES = 3  # ask ranks top_k × this many files: near-copies and left-outs give way
 SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 # A query of more content words than this is a question: BM25 ranks files by any of
 # them instead of first asking for all (measured: README, "Search by meaning").
@@ -49,6 +53,11 @@ QUESTION_WORDS = 3
 QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
+# Agent mode and conversations (README: "Agent mode", "Conversations").
+AGENT_MAX_CALLS = 10  # model calls of one agent ask, in all ([ask] max_steps counts tools)
+TOOL_RESULT_CHARS = 6000  # one tool result's cap in agent mode (JSON characters)
+HISTORY_SHARE = 4  # a follow-up's earlier turns take at most a quarter of the window's room
+CONVERSATIONS_LIMIT, CONVERSATIONS_LIMIT_MAX = 20, 1000
 
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
@@ -161,6 +170,18 @@ class TextRange:
     length: int
     content_len: int
     content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PageStarts:
+    """Where each page of a paged text (PDF, slides, chapters) starts, in bytes."""
+    path: str
+    title: str
+    content_len: int
+    pages: list[int] | None  # None: the text has no pages
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -367,16 +388,18 @@ class Corpus:
     # -- reading ------------------------------------------------------------------------
 
     def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
-               mode: Any = None) -> SearchResult:
+               mode: Any = None, prefix: Any = False) -> SearchResult:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
         mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
-        hybrid."""
+        hybrid. prefix: the query is being typed — its last word matches the words it
+        starts (BM25; the web page's search as you type)."""
         query = _text("query", query, required=False)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
         chosen = self._mode(mode)
         with self.store() as store:
-            found, warnings, query_vector = self._rank(store, query, n, chosen)
+            found, warnings, query_vector = self._rank(store, query, n, chosen,
+                                                       prefix=_bool("prefix", prefix))
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
                               page=h.page) for h, how in found]
             if chars:
@@ -407,8 +430,8 @@ class Corpus:
                              "then loom scan")
         return chosen
 
-    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto"
-              ) -> tuple[list[tuple[Hit, str]], list[str], Any]:
+    def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto",
+              prefix: bool = False) -> tuple[list[tuple[Hit, str]], list[str], Any]:
         """(hit, how it matched) best first, warnings, and the query's vector (or None).
         A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
         how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
@@ -420,7 +443,7 @@ class Corpus:
             if operator != "OR" and len(query_words(words)) > QUESTION_WORDS:
                 operator = "OR"  # a question: its content words, any of them (README)
             return ([(h, "bm25") for h in store.search(
-                words if operator == "OR" else query, n, operator)], [], None)
+                words if operator == "OR" else query, n, operator, prefix)], [], None)
         from loomcli import semantic  # only searches by meaning need it
 
         warnings: list[str] = []
@@ -578,6 +601,19 @@ class Corpus:
         with self.store() as store:
             return read_range(store, check_index_path(path), start, count)
 
+    def pages(self, path: Any) -> PageStarts:
+        with self.store() as store:
+            row = store.resolve(check_index_path(path))
+            return PageStarts(store.display_path(row.root_id, row.relpath), row.title,
+                              row.content_len, store.pages(row.id))
+
+    def failures(self) -> list[dict[str, str]]:
+        """The files that failed to extract and why (at most FAILURES_SHOWN)."""
+        if not self.index_path.exists():
+            return []
+        with self.store() as store:
+            return store.failures(FAILURES_SHOWN)
+
     def files(self) -> FileList:
         with self.store() as store:
             return FileList(store.list_files())
@@ -672,37 +708,244 @@ class Corpus:
 
     # -- ask ----------------------------------------------------------------------------
 
-    def prompt(self, question: Any, top_k: Any = None, mode: Any = None) -> Prompt | None:
-        """Exactly what ask would send, or None when no indexed file matches."""
+    def prompt(self, question: Any, top_k: Any = None, mode: Any = None, *,
+               provider: Provider | None = None, window: Budget | None = None,
+               clock: Callable[[], float] = time.perf_counter,
+               retrieve_with: str | None = None, recalled: Any = None,
+               conversation_id: Any = None) -> Prompt | None:
+        """Exactly what ask would send, or None when no indexed file matches. The prompt
+        fits the model's window, learned from `provider` (the configured one when None);
+        `window` overrides it (a retry at half the budget). A follow-up (`conversation_id`,
+        or `retrieve_with` and `recalled` from its turn) retrieves with the conversation's
+        words and carries its earlier turns, which the notes make room for."""
         from loomcli import ask
 
         question = _text("question", question)
+        if conversation_id is not None and retrieve_with is None:
+            retrieve_with, recalled = self._recall(question, conversation_id)
         k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
         mode = self._mode(mode)
+        warnings: list[str] = []
+        budget = window or self._budget(provider, k, warnings)
+        earlier = recalled.tokens if recalled is not None else 0
+        started = clock()
         with self.store() as store:
-            found, warnings, vector = self._rank(store, question, k * 2, mode, "OR")
+            found, found_warnings, vector = self._rank(store, retrieve_with or question,
+                                                       k * ASK_CANDIDATES, mode, "OR")
+            ranked = clock()
             prompt = ask.build_prompt(
                 store, question, [h for h, _ in found], top_k=k,
                 budget=self.config.get("ask.file_budget_chars"),
                 head_chars=self.config.get("ask.head_chars"),
-                near=lambda fid, text: self._near(store, fid, text, vector))
+                near=lambda fid, text: self._near(store, fid, text, vector),
+                window=budget.reserving(earlier) if budget else None)
         if prompt is not None:
-            prompt.warnings = warnings
+            prompt.warnings = warnings + found_warnings
+            prompt.timings = {"retrieve_ms": round((ranked - started) * 1000, 1),
+                              "excerpts_ms": round((clock() - ranked) * 1000, 1)}
+            if recalled is not None:
+                prompt.user = recalled.as_text() + prompt.user
+                prompt.prompt_tokens += earlier
+                prompt.budget = budget
         return prompt
+
+    def _recall(self, question: str, conversation_id: Any) -> tuple[str, Any]:
+        """A follow-up's retrieval words and earlier turns, as its ask would send them
+        (for --show-context: no summary is written, older turns are shortened)."""
+        from loomcli import providers
+        from loomcli.ask import history, turn
+        from loomcli.conversations import Conversations
+
+        with Conversations.open() as store:
+            conv = store.get(self.conversation_for(conversation_id) or "")
+        plan = turn.budget(self, providers.from_config(self.config), question, HISTORY_SHARE)
+        return (history.retrieval_text(conv, question),
+                history.recall(conv, plan.history_tokens, plan.estimate))
+
+    def _budget(self, provider: Provider | None, top_k: int, warnings: list[str]
+                ) -> Budget | None:
+        """The token budget of an ask: the provider's window (asked once per model and
+        endpoint), less the answer's reserve. No provider configured: the character
+        bounds only. Without a provider given (`--show-context`), a server that cannot
+        be asked is a warning and the default window."""
+        from loomcli import providers
+        from loomcli.ask import window
+        from loomcli.errors import ProviderError
+
+        strict = provider is not None  # an ask: a server that cannot be asked fails it
+        try:
+            provider = provider or providers.from_config(self.config)
+        except LoomError:
+            return None
+        try:
+            told = provider.window()
+        except ProviderError as exc:
+            if strict:
+                raise
+            warnings.append(f"could not learn the model's window, assuming "
+                            f"{providers.DEFAULT_WINDOW:,} tokens: {exc}")
+            told = providers.Window(providers.DEFAULT_WINDOW, "default")
+        return window.plan(provider.name, told.tokens, told.source, top_k=top_k,
+                           file_budget_chars=self.config.get("ask.file_budget_chars"),
+                           max_answer_tokens=self.config.get("llm.max_answer_tokens"))
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
-            on_warning: Callable[[str], None] | None = None, model: Any = None) -> Answer:
-        """One LLM call over the best files. Nothing matching: an empty Answer (no call).
-        `model`: this call's model instead of [llm] model."""
-        from loomcli import ask, providers
+            on_warning: Callable[[str], None] | None = None, agent: Any = None,
+            conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
+            keep: bool = True, clock: Callable[[], float] = time.perf_counter,
+            model: Any = None) -> Answer:
+        """Answer from the notes: one LLM call over the best files fitted to the model's
+        window, or (agent) a bounded loop in which the model searches, greps and reads.
+        With a conversation_id, a follow-up of that conversation; the turn is kept (a new
+        conversation when None). Nothing matching a plain ask: an empty Answer (no call,
+        nothing kept). `model`: this call's model instead of [llm] model."""
+        from loomcli import providers
+        from loomcli.ask import turn
+        from loomcli.conversations import Conversations
+
+        question = _text("question", question)
+        settings = turn.Settings(top_k, mode, self.agent_on(agent),
+                                 self.config.get("ask.max_steps"), AGENT_MAX_CALLS,
+                                 TOOL_RESULT_CHARS, HISTORY_SHARE)
+        cid = None if conversation_id is None else self.conversation_for(conversation_id)
+        made: list[Provider] = [provider] if provider else []
 
         cfg = self.config if model is None else self.config.with_value(
             "llm.model", _text("model", model))
 
-        prompt = self.prompt(question, top_k, mode)
+        def chosen() -> Provider:
+            if not made:
+                made.append(providers.from_config(cfg))
+            return made[0]
+
+        if not keep and cid is None:
+            return turn.run(self, chosen, question, None, settings, store=None,
+                            on_text=on_text, on_step=on_step, on_warning=on_warning,
+                            clock=clock)
+        with Conversations.open() as store:
+            return turn.run(self, chosen, question, store.get(cid) if cid else None,
+                            settings, store=store if keep else None, on_text=on_text,
+                            on_step=on_step, on_warning=on_warning, clock=clock)
+
+    def ask_once(self, question: Any, top_k: Any = None, *,
+                 provider: Provider | Callable[[], Provider],
+                 on_text: Callable[[str], None] | None = None, mode: Any = None,
+                 on_warning: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 retrieve_with: str | None = None, recalled: Any = None) -> Answer:
+        """One LLM call over the best files, fitted to the model's window (retrieved with
+        `retrieve_with`, the conversation's words, when given; `recalled`: the earlier
+        turns to send). Nothing matching: an empty Answer (no call)."""
+        from loomcli import ask
+
+        started = clock()
+        try:
+            chosen = provider() if callable(provider) else provider
+        except ConfigError:  # no model configured: fine while nothing matches
+            if self.prompt(question, top_k, mode, retrieve_with=retrieve_with) is None:
+                return ask.Answer("", [], [])
+            raise
+        prompt = self.prompt(question, top_k, mode, provider=chosen, clock=clock,
+                             retrieve_with=retrieve_with, recalled=recalled)
         for warning in prompt.warnings if prompt and on_warning else ():
             on_warning(warning)  # type: ignore[misc]
         if prompt is None:
             return ask.Answer("", [], [])
-        return ask.answer(prompt, provider or providers.from_config(cfg), on_text)
+
+        def rebuild(smaller: Budget) -> Prompt | None:
+            return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
+                               clock=clock, retrieve_with=retrieve_with, recalled=recalled)
+
+        result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
+        result.timings["total_ms"] = round((clock() - started) * 1000, 1)
+        return result
+
+    # -- agent mode and conversations -----------------------------------------------------
+
+    def check_ask(self, question: Any, top_k: Any = None, mode: Any = None, agent: Any = None,
+                  conversation_id: Any = None) -> str | None:
+        """Check an ask's arguments before anything is sent (a server answers 400 then, not
+        mid-stream); returns the conversation it continues."""
+        _text("question", question)
+        _int("top_k", top_k, None, 1, TOP_K_MAX)
+        self._mode(mode)
+        self.agent_on(agent)
+        return self.conversation_for(conversation_id)
+
+    def agent_on(self, agent: Any = None) -> bool:
+        """--agent / --no-agent / the `agent` field, else `[ask] agent`."""
+        return bool(self.config.get("ask.agent")) if agent is None else _bool("agent", agent)
+
+    def conversation_for(self, cid: Any = None, last: bool = False) -> str | None:
+        """The conversation a follow-up continues: `cid` (checked), the newest one (`last`),
+        or None (a new one)."""
+        from loomcli.conversations import Conversations, check_id
+
+        if cid is None and not last:
+            return None
+        with Conversations.open() as store:
+            if cid is None:
+                return store.last_id()
+            return store.get(check_id(cid)).id
+
+    def conversations(self, limit: Any = None) -> list[Any]:
+        from loomcli.conversations import Conversations
+
+        n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
+        with Conversations.open() as store:
+            return store.recent(n or CONVERSATIONS_LIMIT)
+
+    def used_files(self, returned: list[Any]) -> list[Any]:
+        """What an agent's tools returned (agent.Returned), as ask's `used` files with the
+        pieces the model read located in each file's text (byte offsets in `loom get`
+        terms, PDF pages), so its quotes are checked as a plain ask's are."""
+        from loomcli import ask
+        from loomcli.excerpt import SCAN_BYTES
+
+        by_path: dict[str, list[Any]] = {}
+        for r in returned:
+            by_path.setdefault(r.path, []).append(r)
+        out = []
+        with self.store() as store:
+            for path, got in by_path.items():
+                try:
+                    row = store.resolve(path)
+                except LoomError:
+                    continue
+                text: str | None = None
+                pieces: list[tuple[int, str]] = []
+                for r in got:
+                    if r.offset is not None:
+                        pieces.append((r.offset, r.text))
+                        continue
+                    if text is None:
+                        text = store.text_bytes(row.id, 0, SCAN_BYTES).decode("utf-8",
+                                                                              "ignore")
+                    for part in r.text.split("[...]"):
+                        at = text.find(part.strip()) if part.strip() else -1
+                        if at >= 0:
+                            pieces.append((len(text[:at].encode("utf-8")), part.strip()))
+                used = ask.UsedFile(path, row.title or "", row.content_len)
+                used.pieces = pieces
+                used.page_starts = store.pages(row.id) if row.kind == "pdf" else None
+                out.append(used)
+        return out
+
+    def agent_request(self, question: Any, conversation_id: Any = None) -> str:
+        """What `ask --agent` would send first (tools, instructions, turns), calling
+        nothing: `--show-context`."""
+        import json
+
+        from loomcli.ask import agent, history
+
+        question = _text("question", question)
+        recalled = history.Recall() if conversation_id is None \
+            else self._recall(question, conversation_id)[1]
+        tools = [{"name": s.name, "description": s.description, "parameters": s.parameters}
+                 for s in agent.specs()]
+        parts = [f"[tools]\n{json.dumps(tools, indent=2, ensure_ascii=False)}",
+                 f"[system]\n{agent.INSTRUCTIONS}{recalled.note()}"]
+        parts += [f"[{m.role}]\n{m.content}" for m in recalled.messages()]
+        parts.append(f"[user]\n{question}")
+        return "\n\n".join(parts) + "\n"

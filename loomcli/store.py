@@ -28,6 +28,7 @@ SNIPPET_TOKENS = 16
 SNIPPET_SCAN_BYTES = 1 << 20  # a snippet is looked for in this much of a file's text
 SNIPPET_STEM = 6
 NEAR_SNIPPET_BYTES = 2000  # a passage found by meaning: its snippet is from the passage
+PREFIX_MIN_CHARS = 3  # a shorter prefix would expand to too many of the index's words
 QUERY_TERMS_MAX = 64  # words of a query that count; the rest are dropped
 _WORDS = re.compile(r"\w+")
 
@@ -115,13 +116,19 @@ _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, conte
                  "indexed_at, error, skip")
 
 
-def quote_fts(query: str, operator: str = "AND") -> str:
+def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
     """Turn any user text into a safe FTS5 query: each word a quoted phrase.
 
     Words are split on white space; `e-mail` stays one phrase ("e mail"). Text with no
-    letters or digits gives "" (no query).
+    letters or digits gives "" (no query). `prefix`: the last word, when it ends the
+    text and has PREFIX_MIN_CHARS or more, matches the words it starts (as you type).
     """
-    return f" {operator} ".join('"' + w.replace('"', '""') + '"' for w in query_words(query))
+    words = query_words(query)
+    phrases = ['"' + w.replace('"', '""') + '"' for w in words]
+    if prefix and words and query.rstrip() == query and query.endswith(words[-1]) \
+            and len(words[-1]) >= PREFIX_MIN_CHARS and words[-1][-1].isalnum():
+        phrases[-1] += "*"
+    return f" {operator} ".join(phrases)
 
 
 def query_words(query: str) -> list[str]:
@@ -614,7 +621,8 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------
 
-    def rank(self, query: str, limit: int, operator: str = "auto") -> list[tuple[int, float]]:
+    def rank(self, query: str, limit: int, operator: str = "auto", prefix: bool = False
+             ) -> list[tuple[int, float]]:
         """(file id, BM25 score) best first. `auto`: all words must match, else any may.
         `fill`: the files holding all words first, then those holding any, up to limit
         (for questions: a long one rarely has all its words in one file)."""
@@ -625,7 +633,7 @@ class Store:
                 every += [h for h in self.rank(query, limit, "OR") if h[0] not in seen]
             return every[:limit]
         for op in (("AND", "OR") if operator == "auto" else (operator,)):
-            match = quote_fts(query, op)
+            match = quote_fts(query, op, prefix)
             if not match:
                 return []
             rows = self.conn.execute(
@@ -635,9 +643,10 @@ class Store:
                 return [(int(r[0]), float(r[1])) for r in rows]
         return []
 
-    def search(self, query: str, limit: int, operator: str = "auto") -> list[Hit]:
+    def search(self, query: str, limit: int, operator: str = "auto", prefix: bool = False
+               ) -> list[Hit]:
         """BM25-ranked files. `auto`: all words must match, else any word may."""
-        return self.hits(self.rank(query, limit, operator), query)
+        return self.hits(self.rank(query, limit, operator, prefix), query)
 
     def hits(self, ranked: list[tuple[int, float]], query: str,
              near: dict[int, int] | None = None) -> list[Hit]:
@@ -748,6 +757,12 @@ class Store:
             for start, line, end in runs:
                 blob.seek(start)
                 yield start, line, blob.read((size if end is None else end) - start)
+
+    def failures(self, limit: int) -> list[dict[str, str]]:
+        """The files whose last extraction failed, with the reason, in path order."""
+        return [{"path": self.display_path(r[0], r[1]), "error": r[2]} for r in self.conn.execute(
+            "SELECT root_id, relpath, error FROM files WHERE error IS NOT NULL "
+            "ORDER BY root_id, relpath LIMIT ?", (limit,))]
 
     def status(self) -> dict[str, object]:
         c = self.conn

@@ -25,6 +25,11 @@ venv = pathlib.Path(sys.argv[1]).resolve().parent.parent
 for name in ("loomcli", "pypdfium2", "tomlkit"):  # the package and its fast/writing parts
     if not list(venv.glob(f"lib/python*/site-packages/{name}")):
         sys.exit(f"{name} is not installed by a plain pipx install")
+web = next(venv.glob("lib/python*/site-packages/loomcli/web"), None)
+missing = [n for n in ("index.html", "app.js", "app.css", "icon.svg")
+           if web is None or not (web / n).is_file()]
+if missing:
+    sys.exit(f"the wheel lacks the web page's files: {', '.join(missing)}")
 PYEOF
 export LOOM_HOME="$work/home"
 mkdir -p "$work/notes"

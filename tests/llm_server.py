@@ -1,5 +1,15 @@
 """A real HTTP server on loopback standing in for Ollama, OpenAI-compatible servers and
-Anthropic: it records every request and streams answers the way each API does."""
+Anthropic: it records every request and streams answers the way each API does — text,
+tool calls in each API's own shape, and malformed or endless streams when told to.
+
+It also keeps a context window the way the real servers do (`Behaviour.window`):
+- as Ollama: `POST /api/show` advertises `model_info["<arch>.context_length"]`; a chat uses
+  `options.num_ctx` (2,048 when omitted) and silently keeps only the LAST tokens of a
+  longer prompt; what it kept is recorded in `kept` (tests assert kept == sent);
+- as llama.cpp: `GET /props` → `n_ctx`; a prompt past it is refused with HTTP 400
+  "the request exceeds the available context size".
+Tokens are counted by `tests.tokens` (a real BPE vocabulary where one is installed).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests import tokens
+
+OLLAMA_DEFAULT_NUM_CTX = 2048
+
 
 @dataclass
 class Behaviour:
@@ -18,6 +32,17 @@ class Behaviour:
     status: int = 200
     error: str = ""
     stall_s: float = 0.0  # sleep before answering (to test time-outs)
+    # Tool calls to answer with, as (name, arguments) — in the API's own shape.
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    no_tools: bool = False  # refuse a request carrying `tools` as the real servers do
+    raw: list[bytes] | None = None  # send these bytes as the body instead of an answer
+    huge_line_bytes: int = 0  # stream one answer line of this many bytes, in pieces
+    endless: bool = False  # stream small pieces until the client hangs up
+    non_stream: bool = False  # answer OpenAI chat with one JSON document
+    # The context window, in tokens: None keeps everything (no window).
+    window: int | None = None
+    model_length: int = 32768  # what /api/show advertises as the model's own length
+    refuse_times: int | None = None  # llama.cpp: refuse only the first N long prompts
 
 
 class RecordingHandler(BaseHTTPRequestHandler):
@@ -34,61 +59,223 @@ class RecordingHandler(BaseHTTPRequestHandler):
         return body
 
 
+def prompt_text(path: str, body: dict[str, Any]) -> str:
+    """The text a server tokenizes for a chat: its messages in order (system first)."""
+    parts: list[str] = []
+    if isinstance(body.get("system"), str):
+        parts.append(body["system"])
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(str(b.get("text") or b.get("content") or "") for b in content)
+        parts.append(str(content or ""))
+    return "\n".join(parts)
+
+
 class FakeLLM:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.behaviour = Behaviour()
+        self.kept: list[str] = []  # what the window kept of each chat's prompt (Ollama)
+        self.sent: list[str] = []  # each chat's whole prompt
+        self.refused = 0
+        self.closed = threading.Event()  # an endless stream saw the client hang up
         fake = self
 
         class Handler(RecordingHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                b = fake.behaviour
+                fake.requests.append({"path": self.path, "headers": dict(self.headers),
+                                      "body": None})
+                if self.path == "/props" and b.window:
+                    self._json(200, {"default_generation_settings": {"n_ctx": b.window},
+                                     "total_slots": 1})
+                else:
+                    self._json(404, {"error": {"message": "File Not Found"}})
+
             def do_POST(self) -> None:  # noqa: N802
-                self.record(fake.requests)
+                body = self.record(fake.requests)
                 b = fake.behaviour
                 if b.stall_s:
                     time.sleep(b.stall_s)
-                if b.status != 200:
-                    payload = json.dumps({"error": {"message": b.error or "nope"}}).encode()
-                    self.send_response(b.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                if self.path == "/api/show":
+                    self._json(200, {"model_info": {"general.architecture": "llama",
+                                                    "llama.context_length": b.model_length},
+                                     "parameters": ""})
                     return
-                if self.path == "/api/chat":
-                    chunks = [json.dumps({"message": {"role": "assistant", "content": p},
-                                          "done": False}) + "\n" for p in b.answer]
-                    chunks.append(json.dumps({"done": True}) + "\n")
-                    self._stream("application/x-ndjson", chunks)
+                if b.status != 200:
+                    self._json(b.status, {"error": {"message": b.error or "nope"}})
+                    return
+                if b.no_tools and body.get("tools"):
+                    msg = (f"registry.ollama.ai/library/{body.get('model')} does not support "
+                           "tools" if self.path == "/api/chat"
+                           else "tools is not supported by this server")
+                    self._json(400, {"error": msg} if self.path == "/api/chat"
+                               else {"error": {"message": msg}})
+                    return
+                if self.path in ("/api/chat", "/v1/chat/completions", "/v1/messages"):
+                    text = prompt_text(self.path, body)
+                    fake.sent.append(text)
+                    if self.path == "/api/chat" and b.window is not None:
+                        num_ctx = (body.get("options") or {}).get("num_ctx") \
+                            or OLLAMA_DEFAULT_NUM_CTX
+                        fake.kept.append(tokens.keep_last(text, min(num_ctx, b.model_length)))
+                    elif self.path == "/v1/chat/completions" and b.window is not None:
+                        n = tokens.count(text)
+                        if n > b.window and (b.refuse_times is None
+                                             or fake.refused < b.refuse_times):
+                            fake.refused += 1
+                            self._json(400, {"error": {
+                                "code": 400, "type": "exceed_context_size_error",
+                                "message": f"the request exceeds the available context size"
+                                           f", try increasing it (n_prompt_tokens={n}, "
+                                           f"n_ctx={b.window})"}})
+                            return
+                        fake.kept.append(text)
+                    else:
+                        fake.kept.append(text)
+                if b.raw is not None:
+                    self._stream("application/octet-stream", b.raw)
+                elif b.huge_line_bytes:
+                    self._huge_line()
+                elif b.endless:
+                    self._endless()
+                elif self.path == "/api/chat":
+                    self._ollama(b)
                 elif self.path == "/v1/chat/completions":
-                    chunks = [f"data: {json.dumps({'choices': [{'delta': {'content': p}}]})}\n\n"
-                              for p in b.answer] + ["data: [DONE]\n\n"]
-                    self._stream("text/event-stream", chunks)
+                    self._openai(b)
                 elif self.path == "/v1/messages":
-                    events = [("message_start", {"type": "message_start"})]
-                    events += [("content_block_delta", {"type": "content_block_delta",
-                                "delta": {"type": "text_delta", "text": p}}) for p in b.answer]
-                    events.append(("message_stop", {"type": "message_stop"}))
-                    self._stream("text/event-stream",
-                                 [f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events])
+                    self._anthropic(b)
                 else:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self._json(404, {"error": "not found"})
 
-            def _stream(self, ctype: str, chunks: list[str]) -> None:
+            def _ollama(self, b: Behaviour) -> None:
+                chunks = [{"message": {"role": "assistant", "content": p}, "done": False}
+                          for p in b.answer]
+                if b.tool_calls:
+                    chunks.append({"message": {"role": "assistant", "content": "",
+                                               "tool_calls": [
+                                                   {"function": {"name": n, "arguments": a}}
+                                                   for n, a in b.tool_calls]},
+                                   "done": False})
+                chunks.append({"message": {"role": "assistant", "content": ""}, "done": True,
+                               "done_reason": "stop"})
+                self._stream("application/x-ndjson",
+                             [(json.dumps(c) + "\n").encode() for c in chunks])
+
+            def _openai(self, b: Behaviour) -> None:
+                calls = [{"id": f"call_{i}", "type": "function",
+                          "function": {"name": n, "arguments": json.dumps(a)}}
+                         for i, (n, a) in enumerate(b.tool_calls)]
+                if b.non_stream:
+                    message: dict[str, Any] = {"role": "assistant",
+                                               "content": "".join(b.answer) or None}
+                    if calls:
+                        message["tool_calls"] = calls
+                    self._json(200, {"id": "x", "object": "chat.completion", "choices": [
+                        {"index": 0, "message": message, "finish_reason": "stop"}]})
+                    return
+                chunks = [{"choices": [{"index": 0, "delta": {"content": p}}]}
+                          for p in b.answer]
+                for i, call in enumerate(calls):
+                    # As OpenAI streams them: the id and name first, then the JSON text
+                    # of the arguments in small pieces, all under the call's index.
+                    args = call["function"]["arguments"]
+                    chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+                        {"index": i, "id": call["id"], "type": "function",
+                         "function": {"name": call["function"]["name"], "arguments": ""}}]}}]})
+                    for k in range(0, len(args), 7):
+                        chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+                            {"index": i, "function": {"arguments": args[k:k + 7]}}]}}]})
+                chunks.append({"choices": [{"index": 0, "delta": {},
+                                            "finish_reason": "tool_calls" if calls
+                                            else "stop"}]})
+                self._stream("text/event-stream",
+                             [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]
+                             + [b"data: [DONE]\n\n"])
+
+            def _anthropic(self, b: Behaviour) -> None:
+                events: list[dict[str, Any]] = [{"type": "message_start"}]
+                index = 0
+                if b.answer:
+                    events.append({"type": "content_block_start", "index": 0,
+                                   "content_block": {"type": "text", "text": ""}})
+                    events += [{"type": "content_block_delta", "index": 0,
+                                "delta": {"type": "text_delta", "text": p}} for p in b.answer]
+                    events.append({"type": "content_block_stop", "index": 0})
+                    index = 1
+                for i, (name, args) in enumerate(b.tool_calls):
+                    raw = json.dumps(args)
+                    events.append({"type": "content_block_start", "index": index, "content_block":
+                                   {"type": "tool_use", "id": f"toolu_{i}", "name": name,
+                                    "input": {}}})
+                    events += [{"type": "content_block_delta", "index": index, "delta": {
+                        "type": "input_json_delta", "partial_json": raw[k:k + 5]}}
+                        for k in range(0, len(raw), 5)]
+                    events.append({"type": "content_block_stop", "index": index})
+                    index += 1
+                events.append({"type": "message_stop"})
+                self._stream("text/event-stream",
+                             [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
+                              for e in events])
+
+            def _huge_line(self) -> None:
+                self._start("application/x-ndjson")
+                piece = b"x" * (1 << 20)
+                sent = 0
+                try:
+                    self._chunk(b'{"message": {"content": "')
+                    while sent < fake.behaviour.huge_line_bytes:
+                        self._chunk(piece)
+                        sent += len(piece)
+                    self._chunk(b'"}}\n')
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    fake.closed.set()
+
+            def _endless(self) -> None:
+                self._start("application/x-ndjson")
+                line = (json.dumps({"message": {"content": "more "}, "done": False})
+                        + "\n").encode() * 64
+                try:
+                    while True:
+                        self._chunk(line)
+                except OSError:
+                    fake.closed.set()
+
+            def _json(self, status: int, data: Any) -> None:
+                payload = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def _start(self, ctype: str) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _stream(self, ctype: str, chunks: list[bytes]) -> None:
+                self._start(ctype)
                 for chunk in chunks:
-                    data = chunk.encode()
-                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    self.wfile.flush()
+                    if chunk:
+                        self._chunk(chunk)
                 self.wfile.write(b"0\r\n\r\n")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def chats(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests
+                if r["path"] in ("/api/chat", "/v1/chat/completions", "/v1/messages")]
 
     def __enter__(self) -> FakeLLM:
         self.thread.start()

@@ -103,15 +103,16 @@ def test_streams_the_answer_then_the_cited_sources(indexed, loom_home, llm, prov
                 env={"LOOM_TEST_KEY": "sk-secret"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ("The answer is here [manuals/field-guide.pdf].\n\nSources:\n"
-                           "  [manuals/field-guide.pdf] Field Guide to the Loom Workshop\n")
-    [req] = llm.requests
+                           "  [manuals/field-guide.pdf pp. 1-5] Field Guide to the Loom "
+                           "Workshop\n")
+    [req] = llm.chats()
     assert req["path"] == path
     body = req["body"]
     assert body["model"] == "test-model" and body["stream"] is True
     system = body["system"] if provider == "anthropic" else body["messages"][0]["content"]
     user = body["messages"][-1]["content"]
     assert system == ask.INSTRUCTIONS
-    assert "## [manuals/field-guide.pdf] Field Guide to the Loom Workshop" in user
+    assert "## [manuals/field-guide.pdf pp. 1-5] Field Guide to the Loom Workshop" in user
     assert "Invoice FT-2026-0412 covers the madder root" in user
     assert user.endswith("Question: Which invoice covers the madder root?\n")
     headers = {k.lower(): v for k, v in req["headers"].items()}
@@ -125,7 +126,8 @@ def test_streams_the_answer_then_the_cited_sources(indexed, loom_home, llm, prov
 def test_json_output(indexed, loom_home, llm):
     configure(loom_home, "openai", llm.url + "/v1")
     data = json.loads(loom("ask", "madder root invoice", "--json").stdout)
-    assert list(data) == ["answer", "citations", "used"]
+    assert list(data) == ["answer", "citations", "used", "sources", "quotes", "context",
+                          "timings", "conversation_id", "steps"]
     assert data["citations"] == ["manuals/field-guide.pdf"]
     assert list(data["used"][0]) == ["path", "title", "content_len"]
 
@@ -133,15 +135,17 @@ def test_json_output(indexed, loom_home, llm):
 def test_show_context_prints_the_prompt_and_calls_nothing(indexed, loom_home, llm):
     configure(loom_home, "ollama", llm.url)
     proc = loom("ask", "--show-context", "madder root invoice")
-    assert proc.returncode == 0 and llm.requests == []
-    assert proc.stdout.startswith("[system]\n" + ask.INSTRUCTIONS + "\n\n[user]\n## [")
+    assert proc.returncode == 0 and llm.chats() == []
+    header, _, rest = proc.stdout.partition("\n")
+    assert header.startswith("[context] window 16,384 tokens (ollama /api/show), prompt ~")
+    assert rest.startswith("[system]\n" + ask.INSTRUCTIONS + "\n\n[user]\n## [")
     assert proc.stdout.endswith("Question: madder root invoice\n")
 
 
 def test_no_match_says_so_and_calls_nothing(indexed, loom_home, llm):
     configure(loom_home, "ollama", llm.url)
     proc = loom("ask", "xylophone quasar zeppelin")
-    assert proc.returncode == 1 and llm.requests == []
+    assert proc.returncode == 1 and llm.chats() == []
     assert "no indexed file matches the question" in proc.stderr
 
 

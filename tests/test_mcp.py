@@ -123,11 +123,16 @@ def test_ask_sends_the_same_files_over_cli_mcp_and_http_with_the_configured_top_
         finally:
             server.stop()
     assert status == 200
-    prompts = [r["body"]["messages"][-1]["content"] for r in llm.requests]
+    prompts = [r["body"]["messages"][-1]["content"] for r in llm.chats()]
     assert len(prompts) == 3 and prompts[0] == prompts[1] == prompts[2]
     assert prompts[0].count("\n## [") + prompts[0].startswith("## [") == 2  # [ask] top_k
     assert [u["path"] for u in mcp_answer["used"]] == [u["path"] for u in http_answer["used"]]
     assert len(mcp_answer["used"]) == 2
+    # The same account of the window over both edges (timings differ, of course).
+    assert mcp_answer["context"] == http_answer["context"]
+    assert mcp_answer["context"]["source"] == "ollama /api/show"
+    assert set(mcp_answer["timings"]) == {"retrieve_ms", "excerpts_ms", "first_token_ms",
+                                          "model_ms", "total_ms"}
 
 
 def test_no_match_is_an_empty_result_not_an_error(notes, loom_home):
@@ -140,4 +145,5 @@ def test_no_match_is_an_empty_result_not_an_error(notes, loom_home):
     search, grep, ask = run_session(loom_home, body)
     assert search == {"hits": []}
     assert grep == {"matches": [], "truncated": False}
-    assert ask == {"answer": "", "citations": [], "used": []}
+    assert ask == {"answer": "", "citations": [], "used": [], "sources": [], "quotes": [],
+                   "context": None, "timings": {}, "conversation_id": None, "steps": []}

@@ -1,34 +1,68 @@
-"""LLM providers behind one small protocol: `stream(system, user)` yields text pieces.
+"""LLM providers behind one small protocol: `chat(messages, tools=...)` yields text pieces
+as they stream and tool calls; `window()` tells the model's context window in tokens.
 
 HTTP is the standard library's (no SDKs); every failure becomes one ProviderError that
 names the endpoint and says what to do next. The API key is read from the environment
 variable that `[llm] api_key_env` names, and is never written anywhere.
+
+Each provider is one module and one row of `REGISTRY`: its name, default endpoint, key
+variable, how it learns its window and whether it takes tools. Each speaks its API's own
+shape for tool calls (Ollama: `message.tool_calls` with object arguments and `role: "tool"`
+results; OpenAI: streamed `tool_calls` deltas with JSON-string arguments and
+`tool_call_id`; Anthropic: `tool_use` / `tool_result` blocks).
+
+A stream is read line by line with a bounded readline: a line longer than
+`MAX_LINE_BYTES` or an answer longer than `MAX_ANSWER_BYTES` is one ProviderError, so a
+hostile or broken server cannot grow memory past a few MB.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from loomcli.config import Config
-from loomcli.errors import ConfigError, ProviderError
+from loomcli.errors import ConfigError, ContextExceeded, ProviderError, ToolsUnsupported
 
-DEFAULT_ENDPOINTS = {
-    "ollama": "http://127.0.0.1:11434",
-    "openai": "https://api.openai.com",
-    "anthropic": "https://api.anthropic.com",
-}
-DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-CONNECT_HINT = {
-    "ollama": "start it with `ollama serve`, or set [{table}] endpoint in config.toml",
-    "openai": "start the server, or set [{table}] endpoint in config.toml",
-    "anthropic": "check the network, or set [{table}] endpoint in config.toml",
-}
+MAX_LINE_BYTES = 1 << 20  # one streamed line (one JSON event) at most 1 MiB
+MAX_ANSWER_BYTES = 8 << 20  # a whole streamed answer at most 8 MiB
+PROBE_TIMEOUT_S = 5.0  # asking a server for its window must not stall an ask
+DEFAULT_WINDOW = 8192  # no server, config or table says: a conservative window
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema
+
+
+@dataclass
+class Message:
+    role: str  # "system" | "user" | "assistant" | "tool"
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None  # for role "tool"
+    name: str | None = None  # for role "tool"
+
+
+@dataclass
+class Window:
+    tokens: int
+    source: str  # e.g. "ollama /api/show", "config", "llama.cpp /props", "default"
 
 
 class Provider(Protocol):
@@ -36,7 +70,57 @@ class Provider(Protocol):
     endpoint: str
     model: str
 
-    def stream(self, system: str, user: str) -> Iterator[str]: ...
+    def window(self) -> Window: ...  # cached per model+endpoint
+
+    def chat(self, messages: list[Message], *, tools: list[ToolSpec] | None = None,
+             max_tokens: int | None = None, context_tokens: int | None = None
+             ) -> Iterator[str | ToolCall]: ...  # text pieces as they stream, tool calls
+
+    def stream(self, system: str, user: str) -> Iterator[str]: ...  # plain ask
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One provider: where it lives and what it can do."""
+
+    name: str
+    module: str  # loomcli.providers.<module>
+    cls: str
+    default_endpoint: str
+    key_env: str | None  # the variable holding its API key by default
+    window_from: str  # how it learns its window, for the docs and `--show-context`
+    tools: bool  # takes tool definitions in chat
+    connect_hint: str
+
+
+REGISTRY: dict[str, Registration] = {r.name: r for r in (
+    Registration("ollama", "ollama", "Ollama", "http://127.0.0.1:11434", None,
+                 "POST /api/show model_info <arch>.context_length; num_ctx sent", True,
+                 "start it with `ollama serve`, or set [{table}] endpoint in config.toml"),
+    Registration("openai", "openai", "OpenAICompatible", "https://api.openai.com",
+                 "OPENAI_API_KEY",
+                 "llama.cpp GET /props n_ctx, vLLM /v1/models max_model_len, LM Studio "
+                 "/api/v0/models max_context_length, else known hosted models", True,
+                 "start the server, or set [{table}] endpoint in config.toml"),
+    Registration("anthropic", "anthropic", "Anthropic", "https://api.anthropic.com",
+                 "ANTHROPIC_API_KEY", "known model windows", True,
+                 "check the network, or set [{table}] endpoint in config.toml"),
+)}
+# Kept for the embeddings providers, which share endpoints and key variables.
+DEFAULT_ENDPOINTS = {name: r.default_endpoint for name, r in REGISTRY.items()}
+DEFAULT_KEY_ENV = {name: r.key_env for name, r in REGISTRY.items() if r.key_env}
+
+# Servers word "the prompt is longer than the window" in many ways.
+_CONTEXT_WORDS = re.compile(
+    r"exceed\w*[^.]{0,40}context|context[^.]{0,40}(length|size|window)[^.]{0,40}"
+    r"(exceed|too|maximum|larger)|maximum context length|prompt is too long|too many tokens"
+    r"|input is too long|context_length_exceeded|request too large", re.I)
+_TOOLS_WORDS = re.compile(
+    r"does not support tools|tools? (is|are) not supported|tool[_ ]?(use|calling|choice)?"
+    r"[^.]{0,30}not supported|unsupported[^.]{0,20}tools?|unrecognized[^.]{0,30}tools"
+    r"|extra[^.]{0,30}tools|unknown (field|parameter)[^.]{0,20}tools"
+    # llama.cpp without --jinja (HTTP 500), vLLM without --enable-auto-tool-choice (400)
+    r"|tools param requires|tool choice requires", re.I)
 
 
 @dataclass
@@ -48,37 +132,79 @@ class HttpSettings:
     api_key_env: str | None
     timeout_s: float
     table: str = "llm"  # the config table these settings come from, for hints
+    context_tokens: int | None = None  # `[llm] context_tokens`: the window, when set
+    max_line_bytes: int = MAX_LINE_BYTES
+    max_answer_bytes: int = MAX_ANSWER_BYTES
 
-    def post_lines(self, url: str, body: dict[str, Any], headers: dict[str, str]
-                   ) -> Iterator[bytes]:
-        """POST JSON and yield the response line by line; errors become ProviderError."""
+    def request(self, url: str, body: dict[str, Any] | None, headers: dict[str, str],
+                timeout_s: float | None = None) -> Any:
+        """Open a POST (with `body`) or GET; errors become ProviderError."""
+        data = json.dumps(body).encode("utf-8") if body is not None else None
         req = urllib.request.Request(
-            url, data=json.dumps(body).encode("utf-8"), method="POST",
+            url, data=data, method="POST" if body is not None else "GET",
             headers={"Content-Type": "application/json", "Accept": "application/json",
                      "User-Agent": "loom", **headers})
+        timeout = timeout_s or self.timeout_s
         try:
-            resp = urllib.request.urlopen(req, timeout=self.timeout_s)
+            return urllib.request.urlopen(req, timeout=timeout)
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc.code, _error_message(exc)) from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
-                raise self._timeout() from None
+                raise self._timeout(timeout) from None
             reason = getattr(exc.reason, "strerror", None) or str(exc.reason)
             raise ProviderError(f"cannot reach {self.name} at {self.endpoint}: {reason}",
-                                CONNECT_HINT[self.name].format(table=self.table)) from None
-        except TimeoutError:
-            raise self._timeout() from None
-        with resp:
-            try:
-                yield from resp
-            except TimeoutError:
-                raise self._timeout() from None
-            except OSError as exc:
-                raise ProviderError(f"{self.endpoint} closed the connection mid-answer "
-                                    f"({exc})", "try again") from None
+                                REGISTRY[self.name].connect_hint.format(table=self.table)
+                                ) from None
+        except (TimeoutError, OSError) as exc:
+            if isinstance(exc, TimeoutError):
+                raise self._timeout(timeout) from None
+            raise ProviderError(f"cannot reach {self.name} at {self.endpoint}: {exc}",
+                                REGISTRY[self.name].connect_hint.format(table=self.table)
+                                ) from None
 
-    def _timeout(self) -> ProviderError:
-        return ProviderError(f"no answer from {self.endpoint} within {self.timeout_s:g}s",
+    def post_lines(self, url: str, body: dict[str, Any], headers: dict[str, str]
+                   ) -> Iterator[bytes]:
+        """POST JSON and yield the response line by line, each line and the whole bounded."""
+        resp = self.request(url, body, headers)
+        total = 0
+        with resp:
+            while True:
+                try:
+                    line = resp.readline(self.max_line_bytes + 1)
+                except TimeoutError:
+                    raise self._timeout(self.timeout_s) from None
+                except OSError as exc:
+                    raise ProviderError(f"{self.endpoint} closed the connection mid-answer "
+                                        f"({exc})", "try again") from None
+                if not line:
+                    return
+                if len(line) > self.max_line_bytes:
+                    raise ProviderError(
+                        f"{self.endpoint} sent a line of more than {self.max_line_bytes:,} "
+                        "bytes in its answer", "check the server; it is not answering as "
+                        f"the {self.name} API does")
+                total += len(line)
+                if total > self.max_answer_bytes:
+                    raise ProviderError(
+                        f"{self.endpoint} sent more than {self.max_answer_bytes:,} bytes "
+                        "for one answer", "check the server's log; the model may be looping")
+                yield line
+
+    def get_json(self, url: str, headers: dict[str, str] | None = None,
+                 body: dict[str, Any] | None = None) -> Any:
+        """A small JSON document (a server's window, say), within the probe time-out."""
+        with self.request(url, body, headers or {}, min(PROBE_TIMEOUT_S, self.timeout_s)) as resp:
+            raw = resp.read(self.max_line_bytes + 1)
+        if len(raw) > self.max_line_bytes:
+            raise self.fail(f"{url} answered more than {self.max_line_bytes:,} bytes")
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise self.fail(f"{url} did not answer JSON") from None
+
+    def _timeout(self, timeout: float) -> ProviderError:
+        return ProviderError(f"no answer from {self.endpoint} within {timeout:g}s",
                              f"is the model still loading? raise [{self.table}] timeout_s")
 
     def _http_error(self, status: int, message: str) -> ProviderError:
@@ -87,6 +213,15 @@ class HttpSettings:
             env = self.api_key_env or f"the variable named by [{self.table}] api_key_env"
             return ProviderError(f"{self.endpoint} refused the API key (HTTP {status}){detail}",
                                  f"set a valid key in ${env}")
+        if status in (400, 413, 422) and _CONTEXT_WORDS.search(message or ""):
+            return ContextExceeded(f"{self.endpoint} refused the prompt as longer than the "
+                                   f"model's window (HTTP {status}){detail}",
+                                   f"set [{self.table}] context_tokens to the server's window")
+        if status in (400, 422, 500) and _TOOLS_WORDS.search(message or ""):
+            return ToolsUnsupported(f"{self.endpoint}: model {self.model!r} does not take "
+                                    f"tools (HTTP {status}){detail}",
+                                    f"pick a model that supports tool calling in [{self.table}] "
+                                    "model")
         if status == 404:
             hint = (f"pull it with `ollama pull {self.model}`, or set [{self.table}] model"
                     if self.name == "ollama"
@@ -99,6 +234,27 @@ class HttpSettings:
     def fail(self, message: str) -> ProviderError:
         return ProviderError(f"{self.endpoint}: {message}", "check the server's log")
 
+    def shape(self, what: str) -> ProviderError:
+        """Valid JSON of a shape the API never sends."""
+        return ProviderError(f"{self.endpoint} sent {what}, not the {self.name} API's shape",
+                             f"check [{self.table}] provider and endpoint: is this server "
+                             f"{self.name}-compatible?")
+
+    def cached_window(self, learn: Callable[[], Window]) -> Window:
+        """`[llm] context_tokens` when set, else what `learn` finds, once per process."""
+        if self.context_tokens:
+            return Window(int(self.context_tokens), "config")
+        key = (self.name, self.endpoint, self.model)
+        if key not in _WINDOWS:
+            _WINDOWS[key] = learn()
+        return _WINDOWS[key]
+
+
+# What each (provider, endpoint, model) said its window is. Asking is cheap but not free
+# (three probes on an OpenAI-compatible server), and the answer only changes when the
+# server restarts; a long-running `loom serve`/`loom mcp` asks once.
+_WINDOWS: dict[tuple[str, str, str], Window] = {}
+
 
 def _error_message(exc: urllib.error.HTTPError) -> str:
     try:
@@ -108,26 +264,96 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
     try:
         data = json.loads(raw)
     except ValueError:
-        return raw.strip()[:200]
+        return raw.strip()[:300]
     err = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(err, dict):
         err = err.get("message") or json.dumps(err)
-    return str(err)[:200]
+    return str(err)[:300]
 
 
-def sse_data(lines: Iterator[bytes]) -> Iterator[dict[str, Any]]:
-    """The JSON payloads of a server-sent-events stream (`data: {...}` lines)."""
+def json_lines(http: HttpSettings, lines: Iterator[bytes]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a newline-delimited stream (Ollama); another shape is an error."""
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise http.shape("a line that is not JSON") from None
+        if not isinstance(data, dict):
+            raise http.shape(f"a JSON {type(data).__name__} where an object belongs")
+        yield data
+
+
+def sse_data(lines: Iterator[bytes], http: HttpSettings | None = None
+             ) -> Iterator[dict[str, Any]]:
+    """The JSON payloads of a server-sent-events stream (`data: {...}` lines). A body that
+    is one JSON document instead (a server that does not stream) is that one payload."""
     for raw in lines:
         line = raw.decode("utf-8", "replace").strip()
+        if line.startswith(("{", "[")):
+            whole = raw + b"".join(lines)  # bounded by post_lines' answer cap
+            try:
+                data = json.loads(whole)
+            except ValueError:
+                if http is None:
+                    return
+                raise http.shape("a body that is neither events nor JSON") from None
+            if not isinstance(data, dict):
+                if http is None:
+                    return
+                raise http.shape(f"a JSON {type(data).__name__} where an object belongs")
+            yield data
+            return
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
         if payload == "[DONE]":
             return
         try:
-            yield json.loads(payload)
+            data = json.loads(payload)
         except ValueError:
-            continue
+            continue  # keep-alive comments and partial lines some proxies send
+        if not isinstance(data, dict):
+            if http is None:
+                continue
+            raise http.shape(f"an event of JSON {type(data).__name__} where an object belongs")
+        yield data
+
+
+def obj(http: HttpSettings, value: Any, what: str) -> dict[str, Any]:
+    """`value` when it is a JSON object (or absent: {}), else a shape error naming `what`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise http.shape(f"{what} as a JSON {type(value).__name__}")
+    return value
+
+
+def arr(http: HttpSettings, value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise http.shape(f"{what} as a JSON {type(value).__name__}")
+    return value
+
+
+def text(http: HttpSettings, value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise http.shape(f"{what} as a JSON {type(value).__name__}")
+    return value
+
+
+def plain_messages(system: str, user: str) -> list[Message]:
+    return [Message("system", system), Message("user", user)]
+
+
+def only_text(pieces: Iterator[str | ToolCall]) -> Iterator[str]:
+    for piece in pieces:
+        if isinstance(piece, str):
+            yield piece
 
 
 def from_config(cfg: Config) -> Provider:
@@ -136,28 +362,30 @@ def from_config(cfg: Config) -> Provider:
     if not model:
         raise ConfigError("no LLM model configured",
                           "set one, e.g. `loom config set llm.model llama3.2`")
-    endpoint = (cfg.get("llm.endpoint") or DEFAULT_ENDPOINTS[name]).rstrip("/")
-    key_env = cfg.get("llm.api_key_env") or DEFAULT_KEY_ENV.get(name)
+    reg = REGISTRY[name]
+    endpoint = (cfg.get("llm.endpoint") or reg.default_endpoint).rstrip("/")
+    key_env = cfg.get("llm.api_key_env") or reg.key_env
     settings = HttpSettings(name, endpoint, model, os.environ.get(key_env) if key_env else None,
-                            key_env, float(cfg.get("llm.timeout_s")))
+                            key_env, float(cfg.get("llm.timeout_s")),
+                            context_tokens=_config_int(cfg, "llm.context_tokens"))
     if name == "anthropic" and not settings.api_key:
         raise ConfigError(f"no API key for Anthropic: ${key_env} is not set",
                           f"export {key_env}=… (the key is never written to disk)")
     # Said before any network call: a key that is needed and missing. A local
     # OpenAI-compatible server configured without api_key_env needs none.
-    hosted = endpoint == DEFAULT_ENDPOINTS[name].rstrip("/")
+    hosted = endpoint == reg.default_endpoint.rstrip("/")
     if key_env and not settings.api_key and (cfg.get("llm.api_key_env") or
                                              (hosted and name != "ollama")):
         raise ConfigError(f"no key in {key_env}",
                           "set it (export " + key_env + "=…), or change [llm] api_key_env")
-    if name == "ollama":
-        from loomcli.providers.ollama import Ollama
+    import importlib
 
-        return Ollama(settings)
-    if name == "openai":
-        from loomcli.providers.openai import OpenAICompatible
+    module = importlib.import_module(f"loomcli.providers.{reg.module}")
+    provider: Provider = getattr(module, reg.cls)(settings)
+    return provider
 
-        return OpenAICompatible(settings)
-    from loomcli.providers.anthropic import Anthropic
 
-    return Anthropic(settings)
+def _config_int(cfg: Config, key: str) -> int | None:
+    value = cfg.get(key)
+    return int(value) if value else None
+

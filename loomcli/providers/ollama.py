@@ -1,11 +1,32 @@
-"""Ollama's /api/chat: newline-delimited JSON, one object per piece of the answer."""
+"""Ollama's /api/chat: newline-delimited JSON, one object per piece of the answer.
+
+The window: `POST /api/show` → `model_info["<architecture>.context_length"]`. Ollama keeps
+only the last `options.num_ctx` tokens of a longer prompt (2,048 or 4,096 when it is not
+sent) without saying so, so the caller sends `context_tokens` with every chat.
+Tools: `tools` in the request, `message.tool_calls` (arguments as objects) in the answer,
+results as `role: "tool"` messages.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
-from loomcli.providers import HttpSettings
+from loomcli.providers import (
+    DEFAULT_WINDOW,
+    HttpSettings,
+    Message,
+    ToolCall,
+    ToolSpec,
+    Window,
+    arr,
+    json_lines,
+    obj,
+    only_text,
+    plain_messages,
+    text,
+)
 
 
 class Ollama:
@@ -13,20 +34,72 @@ class Ollama:
         self.http = http
         self.name, self.endpoint, self.model = "ollama", http.endpoint, http.model
 
-    def stream(self, system: str, user: str) -> Iterator[str]:
-        body = {"model": self.model, "stream": True, "messages": [
-            {"role": "system", "content": system}, {"role": "user", "content": user}]}
-        for line in self.http.post_lines(f"{self.endpoint}/api/chat", body, {}):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
+    def window(self) -> Window:
+        return self.http.cached_window(self._learn_window)
+
+    def _learn_window(self) -> Window:
+        data = self.http.get_json(f"{self.endpoint}/api/show", body={"model": self.model})
+        info = data.get("model_info") if isinstance(data, dict) else None
+        if isinstance(info, dict):
+            arch = info.get("general.architecture")
+            keys = [f"{arch}.context_length"] if isinstance(arch, str) else []
+            keys += [k for k in info if k.endswith(".context_length")]
+            for key in keys:
+                value = info.get(key)
+                if isinstance(value, int) and value > 0:
+                    return Window(value, "ollama /api/show")
+        return Window(DEFAULT_WINDOW, "default")
+
+    def chat(self, messages: list[Message], *, tools: list[ToolSpec] | None = None,
+             max_tokens: int | None = None, context_tokens: int | None = None
+             ) -> Iterator[str | ToolCall]:
+        body: dict[str, Any] = {"model": self.model, "stream": True,
+                                "messages": [_message(m) for m in messages]}
+        options: dict[str, Any] = {}
+        if context_tokens:
+            options["num_ctx"] = int(context_tokens)
+        if max_tokens:
+            options["num_predict"] = int(max_tokens)
+        if options:
+            body["options"] = options
+        if tools:
+            body["tools"] = [{"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.parameters}}
+                for t in tools]
+        http = self.http
+        calls = 0
+        for data in json_lines(http, http.post_lines(f"{self.endpoint}/api/chat", body, {})):
             if data.get("error"):
-                raise self.http.fail(str(data["error"]))
-            piece = (data.get("message") or {}).get("content")
+                raise http.fail(str(data["error"])[:300])
+            message = obj(http, data.get("message"), "a `message`")
+            piece = text(http, message.get("content"), "`message.content`")
             if piece:
                 yield piece
+            for call in arr(http, message.get("tool_calls"), "`message.tool_calls`"):
+                fn = obj(http, obj(http, call, "a tool call").get("function"),
+                         "a tool call's `function`")
+                args = fn.get("arguments")
+                if isinstance(args, str):  # some builds send JSON text, as OpenAI does
+                    try:
+                        args = json.loads(args or "{}")
+                    except ValueError:
+                        raise http.shape("tool arguments that are not JSON") from None
+                calls += 1
+                yield ToolCall(str(call.get("id") or f"call_{calls}"),
+                               text(http, fn.get("name"), "a tool's name"),
+                               obj(http, args, "tool arguments"))
             if data.get("done"):
                 return
+
+    def stream(self, system: str, user: str) -> Iterator[str]:
+        return only_text(self.chat(plain_messages(system, user)))
+
+
+def _message(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}}
+                             for c in m.tool_calls]
+    if m.role == "tool" and m.name:
+        out["tool_name"] = m.name
+    return out

@@ -1,0 +1,283 @@
+"""The agent loop: the model investigates with loom's reading tools, then answers.
+
+Each model call may ask for tool calls (in its API's own shape, turned into `ToolCall`s by
+the provider); each call runs through the corpus and its JSON result goes back as a tool
+message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` model
+calls, and every request fits the window (older results shortened, then folded into a
+one-line note; the newest kept whole while it fits). The last call offers no tools, so the
+model has to answer. A call repeated with the same arguments is answered "already done".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loomcli import tools
+from loomcli.errors import LoomError, ProviderError
+from loomcli.providers import Message, ToolCall, ToolSpec
+
+if TYPE_CHECKING:
+    from loomcli.operations import Corpus
+    from loomcli.providers import Provider
+
+INSTRUCTIONS = """\
+You answer questions from the user's own notes and documents, which you explore with \
+tools. loom_search ranks files by a query: use the words a document would use (technical \
+terms, names, synonyms of the question's words), not only the question's. loom_grep finds \
+exact strings or regular expressions and returns each match's byte offset; then read a few \
+thousand bytes around it with loom_get_file instead of whole files. Try other words when a \
+search finds nothing. Answer only from what the tools returned. Quote the sentence you rely \
+on in "double quotes" and cite its path in square brackets, exactly as the tools gave it, \
+e.g. [notes/a.md]. If the notes do not hold the answer, say so plainly. Reply in the \
+language of the question."""
+LAST_CALL = ("No more tools now: answer the question from what the tools returned above, "
+             "quoting and citing as instructed.")
+REPEATED = "already done, see above"
+SHORT_RESULT_CHARS = 600  # an older result shortened to this before it is folded
+MIN_RESULT_CHARS = 300  # the newest result is never cut below this
+MESSAGE_OVERHEAD_TOKENS = 8  # role and framing of one message
+
+Estimate = Callable[[str], int]
+
+
+@dataclass
+class Step:
+    tool: str
+    arguments: dict[str, Any]
+    result_chars: int
+    ms: int
+    summary: str = ""  # "2 matches", "already done", "error: …" (the step line)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "arguments": self.arguments,
+                "result_chars": self.result_chars, "ms": self.ms}
+
+    def line(self) -> str:
+        """`→ loom_grep FT-2026-0[0-9]{3} · 2 matches · 12 ms`, as stderr shows it."""
+        args = " ".join(_shown(v) for v in self.arguments.values() if v not in (None, []))
+        return f"→ {self.tool} {args} · {self.summary} · {self.ms} ms".replace("  ", " ")
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass
+class Returned:
+    """A text a tool gave the model, where it comes from (for quote checking)."""
+
+    path: str
+    offset: int | None  # byte offset in the file's text, when known
+    text: str
+
+
+@dataclass
+class Outcome:
+    answer: str
+    steps: list[Step] = field(default_factory=list)
+    returned: list[Returned] = field(default_factory=list)
+    calls: int = 0  # model calls made
+    prompt_tokens: list[int] = field(default_factory=list)  # each request's estimate
+    stopped: bool = False  # the model kept calling tools past the last step
+
+
+@dataclass
+class Limits:
+    max_steps: int
+    max_calls: int
+    result_chars: int  # one tool result's cap, in characters of JSON
+    window_tokens: int
+    answer_tokens: int
+    context_tokens: int | None = None  # sent to the server (Ollama's num_ctx)
+
+
+def specs() -> list[ToolSpec]:
+    return [ToolSpec(t.name, t.description, t.parameters) for t in tools.READING.values()]
+
+
+def request_tokens(messages: Iterable[Message], offered: list[ToolSpec] | None,
+                   estimate: Estimate) -> int:
+    """The estimate of one request: every message's text and tool calls, and the tools."""
+    n = 0
+    for m in messages:
+        n += MESSAGE_OVERHEAD_TOKENS + estimate(m.content or "")
+        for c in m.tool_calls or []:
+            n += estimate(c.name + json.dumps(c.arguments, ensure_ascii=False)) + 4
+    if offered:
+        n += estimate(json.dumps([{"name": s.name, "description": s.description,
+                                   "parameters": s.parameters} for s in offered]))
+    return n
+
+
+def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
+        estimate: Estimate, history: list[Message] | None = None, system: str = INSTRUCTIONS,
+        on_step: Callable[[Step], None] | None = None,
+        on_text: Callable[[str], None] | None = None) -> Outcome:
+    """Loop until the model answers (see the module's docstring)."""
+    messages = [Message("system", system), *(history or []), Message("user", question)]
+    offered = specs()
+    out = Outcome("")
+    done: dict[str, str] = {}  # (tool, arguments) -> its first result
+    budget = limits.window_tokens - limits.answer_tokens
+    while True:
+        last = len(out.steps) >= limits.max_steps or out.calls >= limits.max_calls - 1
+        tools_now = None if last else offered
+        if last:
+            messages.append(Message("user", LAST_CALL))
+        request = fit_messages(messages, tools_now, budget, estimate)
+        out.prompt_tokens.append(request_tokens(request, tools_now, estimate))
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for item in provider.chat(request, tools=tools_now, max_tokens=limits.answer_tokens,
+                                  context_tokens=limits.context_tokens):
+            if isinstance(item, str):
+                text.append(item)
+                if last and on_text:  # the answer: stream it as it comes
+                    on_text(item)
+            else:
+                calls.append(item)
+        out.calls += 1
+        said = "".join(text)
+        if not calls:
+            if not last and on_text and said:
+                on_text(said)
+            out.answer = said
+            return out
+        if last:  # asked to answer, it called a tool again: stop with what it said
+            out.stopped = True
+            if not said.strip():
+                raise ProviderError(
+                    f"the model kept calling tools after {out.calls} calls and "
+                    f"{len(out.steps)} steps and gave no answer",
+                    "ask a narrower question, raise [ask] max_steps, or ask without --agent")
+            out.answer = said
+            return out
+        messages.append(Message("assistant", said, tool_calls=calls))
+        for call in calls:
+            step, content = _run_tool(corpus, call, done, limits.result_chars, out.returned)
+            out.steps.append(step)
+            messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
+            if on_step:
+                on_step(step)
+
+
+def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
+              returned: list[Returned]) -> tuple[Step, str]:
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    key = call.name + "\0" + json.dumps(args, sort_keys=True, ensure_ascii=False)
+    if key in done:
+        content = tools.dumps({"note": REPEATED})
+        return Step(call.name, args, len(content), 0, "already done"), content
+    tool = tools.READING.get(call.name)
+    start = time.perf_counter()
+    if tool is None:
+        result: dict[str, Any] = {"error": f"no tool named {call.name!r}; the tools are "
+                                           + ", ".join(tools.READING)}
+        summary = "unknown tool"
+    elif not isinstance(call.arguments, dict):
+        result, summary = {"error": "arguments must be a JSON object"}, "bad arguments"
+    else:
+        try:
+            result = tools.fit(tool.name, tool.call(corpus, args), cap)
+            summary = tool.summary(result)
+        except LoomError as exc:
+            result, summary = {"error": str(exc)}, f"error: {exc.message}"
+    ms = round((time.perf_counter() - start) * 1000)
+    content = tools.dumps(result)
+    done[key] = content
+    returned.extend(_texts(call.name, result))
+    return Step(call.name, args, len(content), ms, summary), content
+
+
+def _texts(name: str, result: dict[str, Any]) -> list[Returned]:
+    if name == tools.GET_FILE.name and "content" in result:
+        return [Returned(result["path"], result["offset"], result["content"])]
+    if name == tools.GREP.name:
+        return [Returned(m["path"], None, "\n".join([*m.get("before", []), m["text"],
+                                                     *m.get("after", [])]))
+                for m in result.get("matches", [])]
+    if name == tools.SEARCH.name:
+        return [Returned(h["path"], None, h.get("content") or h.get("snippet", ""))
+                for h in result.get("hits", [])]
+    return []
+
+
+# -- the window ---------------------------------------------------------------------------
+
+def _folded(m: Message) -> str:
+    try:
+        data = json.loads(m.content)
+    except ValueError:
+        data = {}
+    tool = tools.READING.get(m.name or "")
+    what = tool.summary(data) if tool and isinstance(data, dict) and "error" not in data \
+        else "a result"
+    return tools.dumps({"note": f"{what}, folded to fit the window; call again to see it"})
+
+
+def fit_messages(messages: list[Message], offered: list[ToolSpec] | None, budget: int,
+                 estimate: Estimate) -> list[Message]:
+    """A copy of `messages` whose request fits `budget` tokens: older tool results are
+    shortened first, then folded into a short note, oldest first; the newest results
+    (those of the last assistant message) are cut last, and only as far as needed; past
+    that, whole older rounds (a call with its results) are left out, oldest first."""
+    out = list(messages)
+
+    def over() -> int:
+        return request_tokens(out, offered, estimate) - budget
+
+    if over() <= 0:
+        return out
+    results = [i for i, m in enumerate(out) if m.role == "tool"]
+    last_call = max((i for i, m in enumerate(out) if m.tool_calls), default=-1)
+    older = [i for i in results if i < last_call]
+    newest = [i for i in results if i > last_call]
+    for i in older:  # 1. shorten, oldest first
+        if over() <= 0:
+            return out
+        out[i] = _with_content(out[i], _shortened(out[i], SHORT_RESULT_CHARS))
+    for i in older:  # 2. fold, oldest first
+        if over() <= 0:
+            return out
+        out[i] = _with_content(out[i], _folded(out[i]))
+    for i in newest:  # 3. the newest, cut just enough (largest first)
+        if over() <= 0:
+            return out
+        chars = len(out[i].content)
+        while over() > 0 and chars > MIN_RESULT_CHARS:
+            chars = max(MIN_RESULT_CHARS, chars - max(over() * 4, chars // 5))
+            out[i] = _with_content(out[i], _shortened(messages[i], chars))
+    for i in newest:
+        if over() > 0:
+            out[i] = _with_content(out[i], _folded(out[i]))
+    while over() > 0:  # 4. whole older rounds (a call and its results) leave, oldest first
+        first = next((i for i, m in enumerate(out) if m.tool_calls and i < len(out) - 1
+                      and any(n.tool_calls for n in out[i + 1:])), None)
+        if first is None:
+            break
+        end = first + 1
+        while end < len(out) and out[end].role == "tool":
+            end += 1
+        del out[first:end]
+    return out
+
+
+def _shortened(m: Message, chars: int) -> str:
+    try:
+        data = json.loads(m.content)
+    except ValueError:
+        return m.content[:chars]
+    if not isinstance(data, dict) or len(m.content) <= chars:
+        return m.content
+    return tools.dumps(tools.fit(m.name or "", data, chars))
+
+
+def _with_content(m: Message, content: str) -> Message:
+    return Message(m.role, content, tool_calls=list(m.tool_calls or []),
+                   tool_call_id=m.tool_call_id, name=m.name)

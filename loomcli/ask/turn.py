@@ -1,0 +1,145 @@
+"""One turn of a conversation: recall the earlier turns, ask (plainly or as an agent), keep
+the turn.
+
+The plain ask retrieves with the conversation's words (the previous question's and the new
+one's) and sends the earlier turns with the notes; the agent gets them as the messages they
+were. Either way the earlier turns take at most a share of the window (`history.recall`).
+The turn is written only once its answer is complete: an interrupted ask leaves the
+conversation as it was after its last complete turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from loomcli import ask
+from loomcli.ask import agent, history
+from loomcli.conversations import Conversation, Conversations
+from loomcli.errors import ToolsUnsupported
+from loomcli.providers import DEFAULT_WINDOW, Message
+
+if TYPE_CHECKING:
+    from loomcli.ask.window import Budget
+    from loomcli.operations import Corpus
+    from loomcli.providers import Provider
+
+
+@dataclass
+class Settings:
+    """The limits of one turn, from the operations layer and the config."""
+
+    top_k: Any
+    mode: Any
+    agent: bool
+    max_steps: int
+    max_calls: int
+    result_chars: int
+    history_share: int  # earlier turns take at most 1/history_share of the prompt's room
+
+
+@dataclass
+class Plan:
+    """The token plan of one turn."""
+
+    budget: Budget  # the model's window as the ask plans it, and the answer's reserve
+    history_tokens: int  # what the earlier turns may take
+    estimate: agent.Estimate
+
+
+def budget(corpus: Corpus, provider: Provider, question: str, share: int) -> Plan:
+    """The window (as a plain ask plans it: Ollama's stable num_ctx), the answer's reserve
+    and the earlier turns' share of what is left."""
+    from loomcli.ask import tokens, window
+
+    warnings: list[str] = []
+    k = corpus.config.get("ask.top_k")
+    planned = corpus._budget(provider, k, warnings) or window.Budget(
+        DEFAULT_WINDOW, window.answer_reserve(DEFAULT_WINDOW, None), "default")
+    room = planned.prompt_tokens - tokens.estimate(agent.INSTRUCTIONS) \
+        - tokens.estimate(question)
+    return Plan(planned, max(0, room // share), tokens.estimate)
+
+
+def model_text(provider: Provider, window: int | None
+               ) -> Callable[[list[Message], int], str]:
+    """One plain model call's whole text (for the rolling summary)."""
+
+    def chat(messages: list[Message], max_tokens: int) -> str:
+        return "".join(p for p in provider.chat(messages, max_tokens=max_tokens,
+                                                 context_tokens=window)
+                       if isinstance(p, str))
+
+    return chat
+
+
+def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
+        conv: Conversation | None,
+        settings: Settings, *, store: Conversations | None,
+        on_text: Callable[[str], None] | None = None,
+        on_step: Callable[[agent.Step], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter) -> ask.Answer:
+    """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
+    turn in `store` (None: keep nothing). `get_provider` is called only when a model is
+    (a plain ask that matches nothing needs none)."""
+    recalled = history.Recall()
+    provider = None
+    plan = None
+    if settings.agent or (conv is not None and conv.turns):
+        provider = get_provider()
+        plan = budget(corpus, provider, question, settings.history_share)
+        recalled = history.recall(conv, plan.history_tokens, plan.estimate, history.summarizer(
+            model_text(provider, plan.budget.context_tokens)))
+    result: ask.Answer | None = None
+    if settings.agent and provider is not None and plan is not None:
+        try:
+            result = _agent(corpus, provider, question, recalled, settings, plan, on_text,
+                            on_step, clock)
+        except ToolsUnsupported as exc:
+            if on_warning:
+                on_warning(f"{provider.model} takes no tools ({exc.message}); asking "
+                           "without --agent")
+    if result is None:
+        result = corpus.ask_once(question, settings.top_k, provider=provider or get_provider,
+                                 on_text=on_text, clock=clock,
+                            mode=settings.mode, on_warning=on_warning,
+                            retrieve_with=history.retrieval_text(conv, question),
+                            recalled=recalled if recalled.turns or recalled.summary else None)
+        if not result.used:
+            return result  # nothing matched, nothing asked: nothing to keep
+    if store is not None:
+        result.conversation_id = store.add_turn(
+            conv.id if conv else None, question, result.answer, sources=result.citations,
+            steps=[s.to_dict() for s in result.steps],
+            summary=(recalled.summary, recalled.summary_upto) if recalled.made else None)
+    return result
+
+
+def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.Recall,
+           settings: Settings, plan: Plan, on_text: Callable[[str], None] | None,
+           on_step: Callable[[agent.Step], None] | None,
+           clock: Callable[[], float]) -> ask.Answer:
+    from loomcli.ask import quotes
+
+    started = clock()
+    limits = agent.Limits(settings.max_steps, settings.max_calls, settings.result_chars,
+                          plan.budget.window_tokens, plan.budget.answer_tokens,
+                          plan.budget.context_tokens)
+    out = agent.run(corpus, provider, question, limits=limits, estimate=plan.estimate,
+                    history=recalled.messages(), system=agent.INSTRUCTIONS + recalled.note(),
+                    on_step=on_step, on_text=on_text)
+    used = corpus.used_files(out.returned)
+    sources = [quotes.Source(u.path, [quotes.Piece(o, t) for o, t in u.pieces], u.page_starts)
+               for u in used]
+    context = {"window_tokens": plan.budget.window_tokens,
+               "prompt_tokens": max(out.prompt_tokens, default=0),
+               "answer_tokens": plan.budget.answer_tokens, "source": plan.budget.source,
+               "files_sent": len(used), "files_left_out": 0}
+    result = ask.Answer(out.answer, ask.citations(out.answer, used), used, [], context,
+                        quotes.check(out.answer, sources),
+                        {"model_ms": round((clock() - started) * 1000, 1)})
+    result.steps = out.steps
+    return result
