@@ -290,7 +290,7 @@ def _validate(path: Path, raw: Mapping[str, Any]) -> list[str]:
 
 def check_key(key: str) -> None:
     """Refuse a key loom does not know, naming the closest known one (`config get/set`)."""
-    if key in SCHEMA:
+    if key in SCHEMA or key in TABLES:  # a table: set says what it must be
         return
     import difflib
 
