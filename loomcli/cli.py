@@ -174,13 +174,35 @@ def config_path() -> None:
     _out(str(paths.config_path(State.config_override)))
 
 
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
 @config_app.command("get")
 def config_get(key: Annotated[str, typer.Argument(help="Dotted key, e.g. ask.top_k")]) -> None:
     """Print one key's value (its default when unset)."""
-    value = _corpus().config.get(key)
-    if value is None:
-        raise LoomError(f"{key} is not set")
-    _out(json.dumps(value) if not isinstance(value, str) else value)
+    from loomcli.operations import setting
+
+    got = setting(_corpus().config, key)
+    if got.value is None:
+        raise LoomError(f"{key} is not set and has no default",
+                        f"set it: loom config set {key} VALUE")
+    _out(_value(got.value))
+
+
+@config_app.command("list")
+def config_list(as_json: JsonOpt = False) -> None:
+    """Every key with its value and where it comes from (the file, or loom's default)."""
+    corpus = _corpus()
+    items = corpus.settings()
+    if as_json:
+        _print_json({"path": str(corpus.config.path), "exists": corpus.config.exists,
+                     "settings": [i.to_dict() for i in items]})
+        return
+    for i in items:
+        shown = "" if i.value is None else json.dumps(i.value, ensure_ascii=False)
+        _out(f"{i.key} = {shown}".ljust(44) + f"  ({i.origin})" if shown
+             else f"{i.key}".ljust(44) + "  (unset)")
 
 
 @config_app.command("set")
@@ -191,8 +213,9 @@ def config_set(
     """Set one key, keeping every other key and comment of the file as it was."""
     from loomcli import config
 
+    config.check_key(key)
     cfg = _corpus().config
-    parsed = config.parse_value(value)
+    parsed = config.coerce(key, config.parse_value(value))
     cfg.set(key, parsed)
     _out(f"{key} = {json.dumps(parsed, ensure_ascii=False)}  ({cfg.path})")
 
@@ -218,6 +241,10 @@ def scan(
     try:
         report = _corpus().scan(dirs or [], force=force, rebuild=rebuild, progress=bar,
                                 on_wait=_err)
+    except indexer.ScanInterrupted as stop:
+        bar.clear()
+        _err(stop.summary())
+        raise typer.Exit(int(Exit.INTERRUPTED)) from None
     finally:
         bar.clear()
     if as_json:
@@ -551,6 +578,9 @@ def ask(
         "--show-context", help="Print the context line and exactly what would be sent; "
         "call nothing.")] = False,
     mode: ModeOpt = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="The model for this question (default: [llm] model).",
+        show_default=False)] = None,
     agent: AgentOpt = None,
     cont: ContinueOpt = False,
     cid: CidOpt = None,
@@ -578,7 +608,8 @@ def ask(
         _out(prompt.header_line())
         _out(prompt.render(), end="")
         return
-    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json, verbose):
+    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json, verbose,
+                     model=model):
         raise typer.Exit(1)
 
 
@@ -589,8 +620,9 @@ def _show_step(step: Any) -> None:
 
 def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
               agent: bool | None, conversation: str | None, as_json: bool,
-              verbose: bool = False) -> str | None:
-    """Ask, stream the answer, list its sources; the conversation's id (None: no match)."""
+              verbose: bool = False, model: str | None = None) -> str | None:
+    """Ask, stream the answer, list its sources; the conversation's id (None: no match).
+    `model`: this question's model (`-m`) instead of [llm] model."""
 
     def stream(piece: str) -> None:
         _out(piece, end="")
@@ -598,7 +630,7 @@ def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
     result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
                         on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
                         conversation_id=conversation,
-                        on_step=_show_step)
+                        on_step=_show_step, model=model)
     if not result.used and not result.steps and not result.answer:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         return None

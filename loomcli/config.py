@@ -111,6 +111,19 @@ class Config:
             return list(default) if isinstance(default, list) else default
         return value
 
+    def origin(self, key: str) -> str:
+        """Where a key's value comes from: "file" or "default"."""
+        return "file" if _lookup(self.raw, key) is not None else "default"
+
+    def with_value(self, key: str, value: Any) -> Config:
+        """A copy with one key changed, not saved (`loom ask --model` for one call)."""
+        import copy
+
+        raw = copy.deepcopy(self.raw)
+        table, _, name = key.rpartition(".")
+        (raw.setdefault(table, {}) if table else raw)[name] = value
+        return Config(self.path, raw, self.exists, self.warnings)
+
     def _resolve(self, value: str) -> Path:
         p = Path(os.path.expanduser(value))
         return p if p.is_absolute() else (self.path.parent / p)
@@ -258,8 +271,10 @@ def load(override: str | os.PathLike[str] | None = None) -> Config:
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}", "fix the file or run `loom init --force`"
-                          ) from exc
+        # Not `loom init --force`: it reads this same file and would fail the same way.
+        raise ConfigError(f"{path}: invalid TOML: {exc}",
+                          "fix that line, or move the file aside and run `loom init` for a "
+                          "fresh one") from exc
     return Config(path=path, raw=raw, exists=True, warnings=_validate(path, raw))
 
 
@@ -271,6 +286,26 @@ def _validate(path: Path, raw: Mapping[str, Any]) -> list[str]:
         if value is not None:
             _check(path, key, value)
     return warnings
+
+
+def check_key(key: str) -> None:
+    """Refuse a key loom does not know, naming the closest known one (`config get/set`)."""
+    if key in SCHEMA or key in TABLES:  # a table: set says what it must be
+        return
+    import difflib
+
+    close = difflib.get_close_matches(key, list(SCHEMA), n=1, cutoff=0.6)
+    raise ConfigError(f"unknown config key {key!r}",
+                      (f"did you mean {close[0]}? " if close else "")
+                      + "`loom config list` shows every key")
+
+
+def coerce(key: str, value: Any) -> Any:
+    """A command-line value for `key`: one folder or pattern for a list key is a list of
+    one (`loom config set notes_dirs ~/notes`)."""
+    if key in SCHEMA and SCHEMA[key][0] is list and isinstance(value, str):
+        return [value]
+    return value
 
 
 def _unwrap(item: Any) -> Any:

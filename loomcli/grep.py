@@ -391,9 +391,12 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
     for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, holding, by_blocks):
         pages = json.loads(pages_json) if pages_json else None
         count = 0
+        window_end: int | None = None  # -m reached: the last match's after-context ends
         for first_byte, first_line, buf in pieces:
             for line_no, start, end, line_start, line_end in search_text(
                     compiled.regex, buf, compiled.group):
+                if window_end is not None and first_line + line_no - 1 > window_end:
+                    break
                 text, trimmed, shown_from = _trim(buf, line_start, line_end, start, end)
                 before_lines, after_lines = (
                     _context(buf, line_start, line_end, n_before, n_after)
@@ -408,9 +411,17 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
                                    for s, e in spans]
                     found.marks = _marks(buf, shown_from, text, shown_from > line_start,
                                          spans)
+                if window_end is not None:
+                    # A matching line inside the last match's after-context shows as a
+                    # match, as ripgrep shows it; its own context ends where that one does.
+                    found.after = found.after[:max(0, window_end - found.line)]
+                    yield found
+                    continue
                 yield found
                 count += 1
                 if count == max_count:
-                    break
-            if count == max_count:
+                    if not n_after:
+                        break
+                    window_end = found.line + n_after
+            if count == max_count:  # (with context lines a text is one piece)
                 break

@@ -35,6 +35,21 @@ Progress = Callable[[int, int, str], None]
 OnChange = Callable[[str, str, str | None], None]
 
 
+class ScanInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a scan (still a KeyboardInterrupt to watch and the servers), with
+    what was committed before it: the next scan finishes the rest."""
+
+    def __init__(self, saved: dict[str, int]) -> None:
+        super().__init__()
+        self.saved = saved
+
+    def summary(self) -> str:
+        done = ", ".join(f"{k} {v}" for k, v in self.saved.items())
+        if not any(self.saved.values()):
+            return "scan interrupted before any change was saved — run `loom scan` again"
+        return f"scan interrupted; saved: {done} — the next `loom scan` finishes the rest"
+
+
 @dataclass
 class ScanReport:
     added: int = 0
@@ -185,8 +200,9 @@ class _Batch:
     (files, docs, FTS) are always committed together or not at all.
     """
 
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
-        self.store, self.clock = store, clock
+    def __init__(self, store: Store, clock: Callable[[], float],
+                 on_commit: Callable[[], None] = lambda: None) -> None:
+        self.store, self.clock, self.on_commit = store, clock, on_commit
         self.pending = 0
         self.since = clock()
         self.open = False
@@ -204,6 +220,7 @@ class _Batch:
     def commit(self) -> None:
         if self.open:
             self.store.conn.execute("COMMIT")
+            self.on_commit()
         self.open, self.pending = False, 0
 
     def rollback(self) -> None:
@@ -225,6 +242,8 @@ class Indexer:
         self.on_wait = on_wait
         self.on_change = on_change
         self._ocr: bool | None = None
+        self._start = 0.0
+        self._saved = {"added": 0, "updated": 0, "moved": 0, "removed": 0}
 
     def _changed(self, change: str, root_id: int, relpath: str, detail: str | None = None
                  ) -> None:
@@ -240,10 +259,17 @@ class Indexer:
         for root in roots:
             patterns = discover.load_patterns(root, self.config.ignore, self.config.path.name)
             found.append(discover.walk(root, patterns, self.config.extensions))
+        self._start = start
         with write_lock(self.store.path, self.on_wait):
-            self._apply(found, report, force)
-        report.duration_ms = int((self.clock() - start) * 1000)
-        return report
+            try:
+                self._apply(found, report, force)
+            except KeyboardInterrupt:
+                raise ScanInterrupted(self._saved) from None
+        return report  # its duration_ms was set as the scan was recorded
+
+    def _commit_done(self, report: ScanReport) -> None:
+        self._saved = {"added": report.added, "updated": report.updated,
+                       "moved": report.moved, "removed": report.removed}
 
     def _apply(self, found: list[discover.Discovery], report: ScanReport, force: bool) -> None:
         store = self.store
@@ -291,7 +317,7 @@ class Indexer:
                 vanished.setdefault(row.hash, []).append(row)
                 vanished_ids[row.id] = row
 
-        batch = _Batch(store, self.clock)
+        batch = _Batch(store, self.clock, lambda: self._commit_done(report))
         documents: list[_Todo] = []  # extracted by the workers, after the notes
         total = len(todo)
         done = 0
@@ -339,6 +365,7 @@ class Indexer:
                 store.optimize()
         if self.config.get("embeddings.enabled"):
             report.vectors = self._embed().to_dict()
+        report.duration_ms = int((self.clock() - self._start) * 1000)  # as recorded, too
         with store.transaction():
             store.finish_scan(scan_id, report.to_dict())
 

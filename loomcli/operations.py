@@ -208,6 +208,55 @@ class Status:
                 "engines": self.engines}
 
 
+@dataclass
+class Setting:
+    """One config key as loom uses it: its value and where that comes from (`file`, or
+    `default`; a key with no default and no value is `unset`)."""
+
+    key: str
+    value: Any
+    origin: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _default(cfg: Config, key: str) -> Any:
+    """The value loom uses for an unset key, where it depends on others (the endpoint on
+    the provider) or on the machine (OCR on when Tesseract is installed)."""
+    from loomcli.config import SCHEMA
+
+    if key == "db_path":
+        return str(cfg.db_path)
+    if key in ("llm.endpoint", "llm.api_key_env"):
+        from loomcli import providers
+
+        table = (providers.DEFAULT_ENDPOINTS if key == "llm.endpoint"
+                 else providers.DEFAULT_KEY_ENV)
+        return table.get(cfg.get("llm.provider"))
+    if key in ("embeddings.provider", "embeddings.model"):
+        from loomcli import embeddings
+
+        chosen = embeddings.settings(cfg)
+        return chosen.provider if key == "embeddings.provider" else chosen.model
+    if key in ("ocr.enabled", "ocr.languages"):
+        from loomcli.extract import ocr
+
+        reader = ocr.settings(cfg.get("ocr.enabled"), cfg.get("ocr.languages"))
+        return reader.enabled if key == "ocr.enabled" else (reader.languages or None)
+    return cfg.get(key) if key in SCHEMA else None
+
+
+def setting(cfg: Config, key: str) -> Setting:
+    from loomcli.config import check_key
+
+    check_key(key)
+    if cfg.origin(key) == "file":
+        return Setting(key, cfg.get(key), "file")
+    value = _default(cfg, key)
+    return Setting(key, value, "unset" if value is None else "default")
+
+
 def _is_continuation(b: int) -> bool:
     return (b & 0xC0) == 0x80
 
@@ -327,6 +376,14 @@ class Corpus:
                 yield store
             except sqlite3.DatabaseError as exc:  # damaged, full, read-only: say what to do
                 raise explain(exc, self.index_path) from None
+
+    # -- config -------------------------------------------------------------------------
+
+    def settings(self) -> list[Setting]:
+        """Every key loom knows, with its value and origin (`loom config list`)."""
+        from loomcli.config import SCHEMA
+
+        return [setting(self.config, key) for key in SCHEMA]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -736,12 +793,13 @@ class Corpus:
             on_text: Callable[[str], None] | None = None, mode: Any = None,
             on_warning: Callable[[str], None] | None = None, agent: Any = None,
             conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
-            keep: bool = True, clock: Callable[[], float] = time.perf_counter) -> Answer:
+            keep: bool = True, clock: Callable[[], float] = time.perf_counter,
+            model: Any = None) -> Answer:
         """Answer from the notes: one LLM call over the best files fitted to the model's
         window, or (agent) a bounded loop in which the model searches, greps and reads.
         With a conversation_id, a follow-up of that conversation; the turn is kept (a new
         conversation when None). Nothing matching a plain ask: an empty Answer (no call,
-        nothing kept)."""
+        nothing kept). `model`: this call's model instead of [llm] model."""
         from loomcli import providers
         from loomcli.ask import turn
         from loomcli.conversations import Conversations
@@ -753,9 +811,12 @@ class Corpus:
         cid = None if conversation_id is None else self.conversation_for(conversation_id)
         made: list[Provider] = [provider] if provider else []
 
+        cfg = self.config if model is None else self.config.with_value(
+            "llm.model", _text("model", model))
+
         def chosen() -> Provider:
             if not made:
-                made.append(providers.from_config(self.config))
+                made.append(providers.from_config(cfg))
             return made[0]
 
         if not keep and cid is None:

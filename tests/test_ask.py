@@ -175,7 +175,7 @@ def test_provider_errors_name_the_endpoint_and_the_next_step(indexed, loom_home,
                                                                expect):
     configure(loom_home, "openai", llm.url, api_key_env="LOOM_TEST_KEY")
     llm.behaviour.status, llm.behaviour.error = status, "bad key"
-    proc = loom("ask", "madder root")
+    proc = loom("ask", "madder root", env={"LOOM_TEST_KEY": "sk-wrong"})  # unset: said first
     assert proc.returncode == 2
     assert proc.stderr == f"loom: {llm.url}{expect}\n"
 

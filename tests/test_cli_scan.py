@@ -296,7 +296,12 @@ def test_interrupted_scan_leaves_a_consistent_index_and_the_next_completes(
     wait_for_rows(db, 1, proc)
     proc.send_signal(sig)
     proc.wait(timeout=30)
-    assert proc.returncode == code, proc.stderr.read() if proc.stderr else ""
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == code, stderr
+    if sig == signal.SIGINT:  # says what was saved and that the next scan finishes it
+        [said] = [line for line in stderr.splitlines() if "interrupted" in line]
+        assert said.startswith("loom: scan interrupted; saved: added ")
+        assert said.endswith(" — the next `loom scan` finishes the rest")
     check_consistent(db)
     loom("search", "Topologie", check=None)  # usable while half built
     report = json.loads(loom("scan", str(folder), "--json").stdout)

@@ -346,7 +346,8 @@ def test_an_index_with_whole_file_trigrams_moves_to_blocks(tmp_path):
 
     real = migrations.MIGRATIONS
     try:
-        migrations.MIGRATIONS = real[:3]  # the trigram table of the previous stop
+        # the trigram table of the previous stop (the later migrations: today's store)
+        migrations.MIGRATIONS = [m for m in real if m[0] != "004_grams_blocks"]
         store = make_store(tmp_path, {"a.md": "the code is FT-2026-0042\n"})
         store.close()
     finally:

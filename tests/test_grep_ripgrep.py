@@ -159,6 +159,7 @@ def test_grep_prints_what_ripgrep_prints(corpus, case):
     (["-i", "-w"], "the"), (["-s", "-o", "-w"], "loom"), (["-S", "-c"], "Loom"),
     (["-F", "-i"], "e.g."), (["-F", "-s"], "(at most"), (["-i", "-C", "2"], "watchdog"),
     (["-s", "-A", "1", "-B", "3", "-m", "2"], "grep"), (["-i", "-l"], "ollama"),
+    (["-s", "-A", "3", "-m", "1"], "loom"),  # matches in the last after-context show as such
     (["-i", "-o"], r"[0-9]+ ms"), (["-S", "-w", "-o"], "index|indexes"),
 ])
 def test_grep_agrees_with_ripgrep_on_chosen_cases(corpus, flags, pattern):

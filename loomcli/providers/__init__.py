@@ -371,6 +371,13 @@ def from_config(cfg: Config) -> Provider:
     if name == "anthropic" and not settings.api_key:
         raise ConfigError(f"no API key for Anthropic: ${key_env} is not set",
                           f"export {key_env}=… (the key is never written to disk)")
+    # Said before any network call: a key that is needed and missing. A local
+    # OpenAI-compatible server configured without api_key_env needs none.
+    hosted = endpoint == reg.default_endpoint.rstrip("/")
+    if key_env and not settings.api_key and (cfg.get("llm.api_key_env") or
+                                             (hosted and name != "ollama")):
+        raise ConfigError(f"no key in {key_env}",
+                          "set it (export " + key_env + "=…), or change [llm] api_key_env")
     import importlib
 
     module = importlib.import_module(f"loomcli.providers.{reg.module}")
