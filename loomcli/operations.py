@@ -389,12 +389,19 @@ class Corpus:
 
     def _meaning(self, store: Store, query: str, n: int) -> tuple[Any, list[Any]]:
         from loomcli import semantic
+        from loomcli.embeddings import EmbeddingsError
 
         embedder = self._embedder()
-        index = semantic.vector_index(store, embedder.identity)
-        if len(index) == 0 or not query.strip():
+        sizes = {d for d, count in store.vector_dims(embedder.identity).items() if d and count}
+        if not sizes or not query.strip():
             return None, []
         vector = embedder.embed([query[:QUERY_EMBED_CHARS]])[0]
+        if len(vector) not in sizes:
+            raise EmbeddingsError(
+                f"{embedder.identity} now gives vectors of {len(vector)} numbers, the "
+                f"index holds vectors of {', '.join(map(str, sorted(sizes)))}",
+                "run loom scan to make them again")
+        index = semantic.vector_index(store, embedder.identity, len(vector))
         return vector, index.rank(vector, n)
 
     def _embedder(self) -> Any:

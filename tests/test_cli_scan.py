@@ -16,6 +16,7 @@ import pytest
 from .conftest import PDF_SAMPLES, as_user, sigint_default, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
+pytestmark = pytest.mark.plain  # also run on a plain install (.ci/run)
 
 
 def loom(*args: str, env: dict | None = None, check: int | None = 0,

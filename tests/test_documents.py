@@ -16,6 +16,7 @@ from loomcli.extract.documents import MAX_MEMBER_BYTES, extract_document, html_t
 from .conftest import FIXTURES, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
+pytestmark = pytest.mark.plain  # also run on a plain install (.ci/run)
 KINDS = ["html", "docx", "odt", "epub", "pptx"]
 
 

@@ -22,6 +22,7 @@ from loomcli.store import Store
 from .conftest import FIXTURES, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
+pytestmark = pytest.mark.plain  # also run on a plain install (.ci/run)
 
 
 def make_store(tmp_path, docs: dict[str, str | Extracted]) -> Store:
