@@ -412,3 +412,18 @@ def test_a_touched_huge_note_is_hashed_in_chunks_not_held(tmp_path, loom_home):
     secs, mb, proc = peak_rss_mb("scan", str(folder), "--json")
     assert json.loads(proc.stdout)["skipped"] == 1
     assert mb < 60, mb  # not the 40 MB text
+
+
+def test_notes_that_are_binary_or_nearly_text(tmp_path, loom_home):
+    folder = tmp_path / "notes"
+    noise = os.urandom(8 << 20).translate(None, b"\0")  # random bytes, no NUL among them
+    write(folder / "noise.txt", noise)
+    write(folder / "cut.txt", "Appunti: la città è bella.\n".encode("utf-16-le") + b"\x0a")
+    write(folder / "nul.md", "# Nul\nends with a stray NUL\n".encode() + b"\0")
+    report = json.loads(loom("scan", str(folder), "--json", check=1).stdout)
+    assert report["errors"] == [{"path": "noise.txt", "error": "binary file (control bytes "
+                                 "all through it), not text — remove it or add it to "
+                                 ".loomignore"}]
+    assert report["added"] == 2
+    assert loom("grep", "città").stdout.startswith("cut.txt:1:")
+    assert loom("grep", "stray NUL").stdout.startswith("nul.md:2:")
