@@ -49,7 +49,7 @@ GLOBS_MAX = 100
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
-CORPUS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
 
 
 # -- argument checks ----------------------------------------------------------------------
@@ -267,7 +267,7 @@ class Corpus:
     @classmethod
     def named(cls, corpus_root: Path, name: Any, base: Config, *, keep_open: bool = False
               ) -> Corpus:
-        if not isinstance(name, str) or not CORPUS_NAME.match(name):
+        if not isinstance(name, str) or not CORPUS_NAME.fullmatch(name):
             raise QueryError(f"invalid corpus name {_show(name)}",
                              "names are 1-64 letters, digits, '_' or '-'")
         folder = corpus_root / name

@@ -427,3 +427,13 @@ def test_notes_that_are_binary_or_nearly_text(tmp_path, loom_home):
     assert report["added"] == 2
     assert loom("grep", "città").stdout.startswith("cut.txt:1:")
     assert loom("grep", "stray NUL").stdout.startswith("nul.md:2:")
+
+
+def test_a_corpus_name_with_a_trailing_newline_is_refused(tmp_path):
+    from loomcli.errors import QueryError
+    from loomcli.operations import Corpus
+
+    (tmp_path / "abc" / "notes").mkdir(parents=True)
+    assert Corpus.named(tmp_path, "abc", config.load()).roots == [tmp_path / "abc" / "notes"]
+    with pytest.raises(QueryError, match="invalid corpus name"):
+        Corpus.named(tmp_path, "abc\n", config.load())
