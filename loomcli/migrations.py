@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 
@@ -118,6 +119,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         UPDATE roots SET prefix = name WHERE (SELECT count(*) FROM roots) > 1;
         ALTER TABLE files ADD COLUMN skip TEXT;
     """),
+    # Vectors a server sent with NaN, infinite or float32-overflowing values were stored
+    # before loom checked them (their int8 rows scale by NaN or infinity): drop them, so
+    # the next scan makes them again. `finite_floats` is defined by migrate().
+    ("008_finite_vectors", """
+        DELETE FROM vectors WHERE NOT finite_floats(scales);
+    """),
 ]
 
 
@@ -147,6 +154,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL)"
     )
+    conn.create_function("finite_floats", 1, _finite_floats, deterministic=True)
     done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
     for name, sql in MIGRATIONS:
         if name in done:
@@ -157,6 +165,15 @@ def migrate(conn: sqlite3.Connection) -> None:
                 for statement in _statements(sql):
                     conn.execute(statement)
                 conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
+
+
+def _finite_floats(blob: bytes | None) -> bool:
+    """Whether a blob of float32 values holds only finite ones."""
+    from array import array
+
+    values = array("f")
+    values.frombytes((blob or b"")[:len(blob or b"") // 4 * 4])
+    return all(math.isfinite(v) for v in values)
 
 
 def _statements(sql: str) -> list[str]:

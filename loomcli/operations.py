@@ -62,7 +62,7 @@ CONVERSATIONS_LIMIT, CONVERSATIONS_LIMIT_MAX = 20, 1000
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
-CORPUS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
 
 
 # -- argument checks ----------------------------------------------------------------------
@@ -343,7 +343,7 @@ class Corpus:
     @classmethod
     def named(cls, corpus_root: Path, name: Any, base: Config, *, keep_open: bool = False
               ) -> Corpus:
-        if not isinstance(name, str) or not CORPUS_NAME.match(name):
+        if not isinstance(name, str) or not CORPUS_NAME.fullmatch(name):
             raise QueryError(f"invalid corpus name {_show(name)}",
                              "names are 1-64 letters, digits, '_' or '-'")
         folder = corpus_root / name
@@ -475,12 +475,19 @@ class Corpus:
 
     def _meaning(self, store: Store, query: str, n: int) -> tuple[Any, list[Any]]:
         from loomcli import semantic
+        from loomcli.embeddings import EmbeddingsError
 
         embedder = self._embedder()
-        index = semantic.vector_index(store, embedder.identity)
-        if len(index) == 0 or not query.strip():
+        sizes = {d for d, count in store.vector_dims(embedder.identity).items() if d and count}
+        if not sizes or not query.strip():
             return None, []
         vector = embedder.embed([query[:QUERY_EMBED_CHARS]])[0]
+        if len(vector) not in sizes:
+            raise EmbeddingsError(
+                f"{embedder.identity} now gives vectors of {len(vector)} numbers, the "
+                f"index holds vectors of {', '.join(map(str, sorted(sizes)))}",
+                "run loom scan to make them again")
+        index = semantic.vector_index(store, embedder.identity, len(vector))
         return vector, index.rank(vector, n)
 
     def _embedder(self) -> Any:

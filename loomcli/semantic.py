@@ -68,14 +68,14 @@ def _similarities(vecs: Any, scales: Any, query: Any) -> Any:
 
 
 class VectorIndex:
-    """Every passage vector of one model, as one int8 matrix."""
+    """Every passage vector of one model and size, as one int8 matrix."""
 
-    def __init__(self, store: Store, model: str) -> None:
+    def __init__(self, store: Store, model: str, size: int | None = None) -> None:
         import numpy as np
 
         ids, spans, vecs, scales = [], [], [], []
         dim = 0
-        for file_id, d, sp, vc, sc in store.iter_vectors(model):
+        for file_id, d, sp, vc, sc in store.iter_vectors(model, size):
             file_spans, file_vecs, file_scales = _arrays(d, sp, vc, sc)
             if len(file_scales) == 0:
                 continue
@@ -122,20 +122,21 @@ class VectorIndex:
         return sorted(best.values(), key=lambda p: -p.score)[:limit]
 
 
-_cache: dict[tuple[str, str], tuple[int, VectorIndex]] = {}
+_cache: dict[tuple[str, str, int], tuple[int, VectorIndex]] = {}
 _cache_lock = threading.Lock()
 
 
-def vector_index(store: Store, model: str) -> VectorIndex:
-    """The store's vectors of `model`, kept between calls in a long-running process and
-    reloaded when a scan has changed any."""
-    key = (str(store.path), model)
+def vector_index(store: Store, model: str, size: int) -> VectorIndex:
+    """The store's vectors of `model` with `size` numbers each (vectors are keyed by
+    both: a server's model re-pulled under the same name may change size), kept between
+    calls in a long-running process and reloaded when a scan has changed any."""
+    key = (str(store.path), model, size)
     generation = store.vector_generation()
     with _cache_lock:
         cached = _cache.get(key)
         if cached and cached[0] == generation:
             return cached[1]
-    index = VectorIndex(store, model)
+    index = VectorIndex(store, model, size)
     with _cache_lock:
         _cache[key] = (generation, index)
     return index

@@ -573,13 +573,21 @@ class Store:
 
     # -- vectors (search by meaning) ----------------------------------------------------
 
-    def needing_vectors(self, model: str) -> list[int]:
+    def needing_vectors(self, model: str, dim: int | None = None) -> list[int]:
         """Files with text but no vectors from `model` (new, changed, or made by another
-        model), smallest first: the most files get vectors soonest."""
+        model) — or, given the `dim` the model now answers with, vectors of another size
+        (a server's model re-pulled under the same name) — smallest first: the most
+        files get vectors soonest. Vectors are keyed by model and size."""
         return [r[0] for r in self.conn.execute(
             "SELECT f.id FROM files f LEFT JOIN vectors v ON v.file_id = f.id "
             "WHERE f.indexed_at IS NOT NULL AND f.content_len > 0 "
-            "AND (v.model IS NULL OR v.model != ?) ORDER BY f.content_len, f.id", (model,))]
+            "AND (v.model IS NULL OR v.model != ? OR (? IS NOT NULL AND v.dim != ? "
+            "AND v.dim != 0)) ORDER BY f.content_len, f.id", (model, dim, dim))]
+
+    def vector_dims(self, model: str) -> dict[int, int]:
+        """How many files have vectors of `model`, by the vectors' size (0: no passages)."""
+        return dict(self.conn.execute(
+            "SELECT dim, count(*) FROM vectors WHERE model = ? GROUP BY dim", (model,)))
 
     def put_vectors(self, file_id: int, model: str, dim: int, spans: bytes, vecs: bytes,
                     scales: bytes) -> None:
@@ -600,10 +608,13 @@ class Store:
     def vector_generation(self) -> int:
         return int(self.conn.execute("SELECT generation FROM vector_state").fetchone()[0])
 
-    def iter_vectors(self, model: str) -> Iterator[tuple[int, int, bytes, bytes, bytes]]:
-        """(file id, dim, spans, vectors, scales) of every file embedded by `model`."""
+    def iter_vectors(self, model: str, dim: int | None = None
+                     ) -> Iterator[tuple[int, int, bytes, bytes, bytes]]:
+        """(file id, dim, spans, vectors, scales) of every file embedded by `model`
+        (with vectors of `dim` numbers, when given)."""
         yield from self.conn.execute(
-            "SELECT file_id, dim, spans, vecs, scales FROM vectors WHERE model = ?", (model,))
+            "SELECT file_id, dim, spans, vecs, scales FROM vectors WHERE model = ? "
+            "AND (? IS NULL OR dim = ?)", (model, dim, dim))
 
     def vectors_of(self, file_id: int, model: str) -> tuple[int, bytes, bytes, bytes] | None:
         row = self.conn.execute("SELECT dim, spans, vecs, scales FROM vectors "

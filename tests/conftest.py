@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 # 31 odd real PDFs (py-pdf/sample-files, CC-BY-SA-4.0; see its LICENSE and files.json)
 PDF_SAMPLES = FIXTURES / "pdf-samples"
+
+
+def sigint_default() -> None:
+    """`preexec_fn` for the loom processes a test interrupts with SIGINT. A suite started
+    with SIGINT ignored (`pytest &` in a script) passes the ignored signal on to every
+    child, and a Python child that starts with SIGINT ignored never sees Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

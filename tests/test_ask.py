@@ -20,6 +20,7 @@ from .conftest import write
 from .llm_server import FakeLLM
 
 LOOM = [sys.executable, "-m", "loomcli"]
+pytestmark = pytest.mark.plain  # also run on a plain install (.ci/run)
 
 
 @pytest.fixture

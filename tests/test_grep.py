@@ -22,6 +22,7 @@ from loomcli.store import Store
 from .conftest import FIXTURES, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
+pytestmark = pytest.mark.plain  # also run on a plain install (.ci/run)
 
 
 def make_store(tmp_path, docs: dict[str, str | Extracted]) -> Store:
@@ -76,13 +77,13 @@ def test_agrees_with_a_naive_line_scan(tmp_path_factory, texts, pattern, case_se
 
 def test_catastrophic_pattern_on_a_long_line_returns_at_once(tmp_path):
     store = make_store(tmp_path, {"long.txt": "a" * 200_000 + "!\n"})
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine does not stretch it
     result = grep.grep(store, "(a+)+$")
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert result.matches == []
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine does not stretch it
     [m] = grep.grep(store, "(a+)+!").matches
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     # The match covers the whole line: shown from its start, cut, and marked as cut.
     assert m.trimmed and m.text.startswith("aaa") and m.text.endswith("…")
     assert len(m.text.encode()) <= 1000 + len("…".encode())

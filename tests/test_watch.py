@@ -15,16 +15,17 @@ import time
 
 import pytest
 
-from .conftest import FIXTURES, write
+from .conftest import FIXTURES, sigint_default, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
-WAIT = 15.0
+WAIT = 300.0  # a generous deadline for each event: the machine may be busy
 
 
 class Watch:
     def __init__(self, folder) -> None:
         self.proc = subprocess.Popen([*LOOM, "watch", str(folder), "--json"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=sigint_default)
         self.events: queue.Queue[dict] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         first = self.next()
@@ -33,13 +34,17 @@ class Watch:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.events.put(json.loads(line))
+            try:
+                self.events.put(json.loads(line))
+            except ValueError:  # shown by the assertion it fails, not lost with the thread
+                self.events.put({"change": "not JSON", "line": line})
 
     def next(self) -> dict:
         try:
             return self.events.get(timeout=WAIT)
         except queue.Empty:
-            raise AssertionError("no event from loom watch in time") from None
+            raise AssertionError(f"no event from loom watch in {WAIT:.0f}s (exit code "
+                                 f"{self.proc.poll()})") from None
 
     def expect(self, *wanted: dict) -> None:
         got = [self.next() for _ in wanted]
@@ -53,7 +58,7 @@ class Watch:
 
     def stop(self, sig: int = signal.SIGINT) -> int:
         self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
+        return self.proc.wait(timeout=WAIT)
 
 
 def files() -> list[str]:

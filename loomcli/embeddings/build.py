@@ -123,12 +123,18 @@ class _Writer:
         self.progress, self.clock = progress, clock
         self.files: dict[int, tuple[bytes, int, list[tuple[int, bytes, bytes]]]] = {}
         self.since = clock()
+        self.dim: int | None = None  # the size of the vectors made so far
 
     def expect(self, fid: int, span_bytes: bytes, pieces: int) -> None:
         self.files[fid] = (span_bytes, pieces, [])
 
     def take(self, result: tuple[int, bytes, bytes], counts: list[tuple[int, int]]) -> None:
         dim, q, scales = result
+        if self.dim is None:
+            self.dim = dim
+        elif dim != self.dim:  # the server changed models in the middle of a scan
+            raise EmbeddingsError(f"the embeddings server answered with vectors of {dim} "
+                                  f"numbers after {self.dim}", "run loom scan again")
         pos = 0
         for fid, n in counts:
             span_bytes, pieces, parts = self.files[fid]
@@ -149,15 +155,31 @@ class _Writer:
             self.since = self.clock()
 
 
+def _current_dim(store: Store, embedder: Embedder) -> int | None:
+    """The size of the vectors a server's model gives now, when the index holds some of
+    that model (None otherwise, and for the built-in model, whose size never changes):
+    a model re-pulled under the same name may answer with another size, and the vectors
+    of the old size are then made again. One short request."""
+    if embedder.provider == "local" or not any(store.vector_dims(embedder.identity)):
+        return None
+    return int(embedder.embed(["size"]).shape[1])
+
+
 def embed_pending(store: Store, embedder: Embedder,
                   progress: Callable[[int, int, str], None] | None = None,
                   clock: Callable[[], float] = time.monotonic) -> EmbedReport:
     model = embedder.identity
     report = EmbedReport(model)
-    ids = store.needing_vectors(model)
+    start = clock()
+    try:
+        dim = _current_dim(store, embedder)
+        ids = store.needing_vectors(model, dim)
+    except EmbeddingsError as exc:
+        report.error = str(exc)
+        report.pending = len(store.needing_vectors(model))
+        return report
     if not ids:
         return report
-    start = clock()
     # Worker processes pay for starting and loading the model: worth it for a scan, not
     # for the few files a `loom watch` batch changes.
     workers = pool_threads() if embedder.provider == "local" and len(ids) > FEW_FILES else 1
@@ -205,6 +227,6 @@ def embed_pending(store: Store, embedder: Embedder,
         raise
     finally:
         pool.shutdown(cancel_futures=True)
-    report.pending = len(store.needing_vectors(model))
+    report.pending = len(store.needing_vectors(model, writer.dim or dim))
     report.seconds = clock() - start
     return report

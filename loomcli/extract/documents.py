@@ -23,6 +23,9 @@ from loomcli.extract import IMAGES, Extracted, read_regular_file
 from loomcli.extract.ocr import INSTALL_HINT, OcrSettings, recognise
 
 MAX_MEMBER_BYTES = 64 << 20  # one XML part of a document, uncompressed
+# Pages up to this size of markup always parse within the workers' memory cap (a tree
+# costs up to ~23x its markup: 22 MB of dense table markup took 508 MB).
+TREE_BYTES_SAFE = 8 << 20
 
 _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section",
           "article", "header", "footer", "pre", "table", "ul", "ol", "dt", "dd", "dl",
@@ -37,32 +40,127 @@ TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 DC_TITLE = "{http://purl.org/dc/elements/1.1/}title"
 
 
-_DROP = "//script|//style|//template|//noscript|//head"
+# Never text: scripts, styles, templates and the head (its <title> is read apart).
+_HIDDEN = frozenset({"script", "style", "template", "noscript", "head"})
+# A page's navigation and chrome, left out where no element marks the main content:
+# elements, ARIA roles and class names (Sphinx's sidebar and `.related` bars; common
+# themes' headers and footers).
+_CHROME_TAGS = frozenset({"nav", "header", "footer", "aside"})
+_CHROME_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
+_CHROME_CLASSES = frozenset({"related", "sphinxsidebar", "sidebar", "footer", "header",
+                             "navigation", "nav", "navbar", "breadcrumbs", "headerlink"})
+# Where the main content is, most specific first: HTML's <main>, its ARIA role, one
+# <article>, Sphinx's body and document blocks.
+_MAIN = ("//main", "//*[@role='main']", "//article",
+         "//*[contains(concat(' ', normalize-space(@class), ' '), ' body ')]",
+         "//*[contains(concat(' ', normalize-space(@class), ' '), ' document ')]")
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
+# A doctype with an internal subset (`<!DOCTYPE html [ <!ENTITY ...> ]>`): libxml2's HTML
+# parser would leave its `]>` as text.
+_DOCTYPE_SUBSET = re.compile(r"^\s*<!DOCTYPE[^\[>]*\[[^\]]*\]\s*>", re.IGNORECASE)
 
 
-def html_text(markup: str) -> tuple[str, str]:
-    """(visible text, title) of an HTML page: one line per block, spaces collapsed.
+def _classes(element: object) -> set[str]:
+    get = getattr(element, "get", None)
+    return set((get("class") or "").split()) if get else set()
+
+
+def _is_chrome(element: object) -> bool:
+    tag = getattr(element, "tag", None)
+    if not isinstance(tag, str):
+        return False
+    get = element.get  # type: ignore[attr-defined]
+    return (tag in _CHROME_TAGS or (get("role") or "") in _CHROME_ROLES
+            or bool(_classes(element) & _CHROME_CLASSES))
+
+
+def _is_inner_chrome(element: object) -> bool:
+    """Inside the main content, only navigation bars and heading anchors are chrome (an
+    article's own <header> holds its title)."""
+    return getattr(element, "tag", None) == "nav" or bool(
+        _classes(element) & {"related", "sphinxsidebar", "headerlink"})
+
+
+def _walk(top: object, skip: Callable[[object], bool]) -> str:
+    """The text under `top`, one line per block, in one walk of the tree (no copies of
+    its parts): the subtrees `skip` names are left out."""
+    from lxml import etree
+
+    out: list[str] = []
+    walker = etree.iterwalk(top, events=("start", "end"))
+    for event, element in walker:
+        tag = element.tag
+        if not isinstance(tag, str):  # a comment or processing instruction
+            if event == "end" and element.tail:
+                out.append(element.tail)
+            continue
+        if event == "start":
+            if element is not top and (tag in _HIDDEN or skip(element)):
+                walker.skip_subtree()
+                if element.tail:
+                    out.append(element.tail)
+                continue
+            if tag in _BLOCK:
+                out.append("\n")
+            if element.text:
+                out.append(element.text)
+        else:
+            if tag in _BLOCK:
+                out.append("\n")
+            if element.tail and element is not top:
+                out.append(element.tail)
+    lines = (_SPACES.sub(" ", line).strip() for line in "".join(out).split("\n"))
+    return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
+
+
+def html_text(markup: str, kind: str = "HTML page") -> tuple[str, str]:
+    """(main text, title) of an HTML page: one line per block, spaces collapsed.
+
+    The main content where the page marks it (`<main>`, `role="main"`, one `<article>`,
+    Sphinx's `.body` / `.document`); else the page without its navigation, headers,
+    footers, sidebars and `.related` bars; else (nothing left) the whole page. Sphinx's
+    heading anchors (`¶`) never. libxml2's limits are lifted (`huge_tree`: deep legacy
+    markup, text nodes over 10 MB) since the worker's memory cap bounds the parse; a
+    parse that still stops early fails the file instead of indexing part of it.
 
     lxml (libxml2's HTML parser) reads python3.11-doc 7x faster than the standard
     library's html.parser, with the same words (tests/bench/bench_html.py)."""
     import lxml.html
 
     markup = _XML_DECLARATION.sub("", markup)  # XHTML: lxml refuses it on a str
+    markup = _DOCTYPE_SUBSET.sub("<!DOCTYPE html>", markup, count=1)
     if not markup.strip():
         return "", ""
+    parser = lxml.html.HTMLParser(huge_tree=True)
     try:
-        root = lxml.html.document_fromstring(markup)
-    except Exception:  # noqa: BLE001 - lxml's own errors: nothing readable
+        root = lxml.html.document_fromstring(markup, parser=parser)
+    except (MemoryError, Exception) as exc:  # noqa: BLE001 - lxml's own errors
+        # libxml2 reports a failed allocation as an "unknown error": a page whose tree
+        # does not fit the worker's memory cap (measured: 22 MB of table markup needs
+        # 508 MB). A small page that cannot be parsed has nothing readable.
+        if isinstance(exc, MemoryError) or len(markup) > TREE_BYTES_SAFE:
+            raise ExtractionError(f"the {kind} is too large to parse in the memory loom "
+                                  f"gives one file ({len(markup) / 1e6:.0f} MB of markup)",
+                                  "split it into smaller pages, or add it to .loomignore"
+                                  ) from None
         return "", ""
+    del markup
+    fatal = [e for e in parser.error_log if e.level_name == "FATAL"]
+    if fatal:
+        raise ExtractionError(f"the {kind} could not be read to its end (line "
+                              f"{fatal[0].line}: {fatal[0].message.strip()[:100]})",
+                              "open it in a browser and save it again, or add it to "
+                              ".loomignore")
     title = " ".join("".join(root.xpath("//title//text()")).split())
-    for element in root.xpath(_DROP):
-        element.drop_tree()
-    for element in root.iter(*_BLOCK):
-        element.text = "\n" + (element.text or "")
-        element.tail = "\n" + (element.tail or "")
-    lines = (_SPACES.sub(" ", line).strip() for line in root.text_content().split("\n"))
-    text = _BLANKS.sub("\n\n", "\n".join(lines)).strip()
+    for query in _MAIN:
+        found = root.xpath(query)
+        if query == "//article" and len(found) != 1:
+            continue  # a list of articles: the page itself is the content
+        if found:
+            text = _walk(found[0], _is_inner_chrome)
+            if text:
+                return text + "\n", title
+    text = _walk(root, _is_chrome) or _walk(root, _is_inner_chrome)
     return (text + "\n" if text else ""), title
 
 
@@ -133,27 +231,73 @@ class _Zip:
         return "".join(found.itertext()) if found is not None else None
 
 
+MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+
+
+def _lines(root: ElementTree.Element, paras: frozenset[str], skip: frozenset[str],
+           own: Callable[[ElementTree.Element], str], tails: bool) -> list[str]:
+    """One line per paragraph, in one walk of the tree: a paragraph inside another (a
+    Word text box, an ODT frame) is a line of its own, never part of the outer one too
+    (which made text repeat, and grow quadratically with nesting). `skip` subtrees are
+    left out (Word's fallback copy of a text box); `own(node)` is the text a node adds
+    to its paragraph; `tails`: text after a node belongs to the paragraph around it."""
+    lines: list[list[str]] = []
+    current: list[int] = []  # the paragraphs the walk is inside, innermost last
+    stack: list[tuple[ElementTree.Element, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            if node.tag in paras:
+                current.pop()
+            if tails and node.tail and current:
+                lines[current[-1]].append(node.tail)
+            continue
+        if node.tag in skip:
+            if tails and node.tail and current:
+                lines[current[-1]].append(node.tail)
+            continue
+        if node.tag in paras:
+            lines.append([])
+            current.append(len(lines) - 1)
+        if current:
+            piece = own(node)
+            if piece:
+                lines[current[-1]].append(piece)
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(node))
+    return ["".join(parts) for parts in lines]
+
+
+def _docx_piece(node: ElementTree.Element) -> str:
+    if node.tag == f"{W}t":
+        return node.text or ""
+    if node.tag == f"{W}tab":
+        return "\t"
+    if node.tag in (f"{W}br", f"{W}cr"):
+        return "\n"
+    return ""
+
+
 def _docx(z: _Zip, path: str) -> Extracted:
-    body = z.xml("word/document.xml")
-    lines = []
-    for para in body.iter(f"{W}p"):
-        bits = []
-        for node in para.iter():
-            if node.tag == f"{W}t" and node.text:
-                bits.append(node.text)
-            elif node.tag == f"{W}tab":
-                bits.append("\t")
-            elif node.tag in (f"{W}br", f"{W}cr"):
-                bits.append("\n")
-        lines.append("".join(bits))
+    lines = _lines(z.xml("word/document.xml"), frozenset({f"{W}p"}),
+                   frozenset({MC_FALLBACK}), _docx_piece, tails=False)
     text = "\n".join(lines).strip()
     return _finish(text + "\n", z.title("docProps/core.xml"), path, "DOCX")
 
 
+def _odt_piece(node: ElementTree.Element) -> str:
+    if node.tag == f"{TEXT}s":
+        return " " * int(node.get(f"{TEXT}c", "1") or 1)
+    if node.tag == f"{TEXT}tab":
+        return "\t"
+    if node.tag == f"{TEXT}line-break":
+        return "\n"
+    return node.text or ""
+
+
 def _odt(z: _Zip, path: str) -> Extracted:
-    body = z.xml("content.xml")
-    lines = ["".join(el.itertext()) for el in body.iter()
-             if el.tag in (f"{TEXT}p", f"{TEXT}h")]
+    lines = _lines(z.xml("content.xml"), frozenset({f"{TEXT}p", f"{TEXT}h"}), frozenset(),
+                   _odt_piece, tails=True)
     text = "\n".join(lines).strip()
     return _finish(text + "\n", z.title("meta.xml"), path, "ODT")
 
@@ -175,7 +319,7 @@ def _pptx(z: _Zip, path: str) -> Extracted:
         "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id", "")]
         for el in pres.iter("{http://schemas.openxmlformats.org/presentationml/2006/main}sldId")]
     slides = []
-    for part in order:
+    for part in dict.fromkeys(order):  # a slide listed twice is one slide
         root = z.xml(part)
         paras = ["".join(t.text or "" for t in p.iter(f"{A}t")) for p in root.iter(f"{A}p")]
         slides.append("\n".join(line for line in paras if line.strip()))
@@ -191,13 +335,16 @@ def _epub(z: _Zip, path: str) -> Extracted:
     base = posixpath.dirname(rootfile)
     manifest = {el.get("id"): el.get("href", "") for el in opf.iter()
                 if el.tag.endswith("}item")}
-    chapters = []
+    names = []
     for ref in (el for el in opf.iter() if el.tag.endswith("}itemref")):
         href = manifest.get(ref.get("idref"))
-        if not href:
-            continue
-        name = posixpath.normpath(posixpath.join(base, href.split("#")[0]))
-        chapters.append(html_text(_decode_html(z.read(name)))[0])
+        if href:
+            names.append(posixpath.normpath(posixpath.join(base, href.split("#")[0])))
+    present = set(z.names())
+    chapters = []
+    for name in dict.fromkeys(names):  # a chapter the spine repeats is read once
+        if name in present:  # a missing chapter is left out, not the whole book
+            chapters.append(html_text(_decode_html(z.read(name)), "EPUB chapter")[0])
     title_el = next((el for el in opf.iter() if el.tag == DC_TITLE), None)
     title = "".join(title_el.itertext()) if title_el is not None else None
     text, offsets = _join_pages(chapters)

@@ -47,10 +47,24 @@ def _limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
 
 
-def _too_big() -> ExtractionError:
+def repair_hint(path: str) -> str:
+    """What to do with a file of this kind that could not be extracted."""
+    kind = path.rpartition(".")[2].lower()
+    if kind == "pdf":
+        return "open it in a PDF viewer and save a repaired copy"
+    if kind in ("html", "htm"):
+        return "split it into smaller pages, or add it to .loomignore"
+    if kind in ("docx", "odt", "pptx", "epub"):
+        return "open it in its program and save a repaired copy, or add it to .loomignore"
+    return "add it to .loomignore"
+
+
+def _too_big(path: str) -> ExtractionError:
+    what = ("a PDF bomb, or a damaged file" if path.lower().endswith(".pdf") else
+            "a ZIP bomb, or a damaged file" if path.rpartition(".")[2].lower() in
+            ("docx", "odt", "pptx", "epub") else "too large, or a damaged file")
     return ExtractionError(f"the file needs more than {WORKER_MEMORY >> 20} MB of memory to "
-                           "extract (a PDF or ZIP bomb, or a damaged file)",
-                           "open it in a PDF viewer and save a repaired copy")
+                           f"extract ({what})", repair_hint(path))
 
 
 def _memory_trimmer() -> Callable[[], Any]:
@@ -94,7 +108,7 @@ def _worker(conn: Connection, parent: int) -> None:
         except ExtractionError as exc:
             result = type(exc)(exc.message, exc.hint)  # its kind too: NoTextError skips
         except MemoryError:
-            result = _too_big()
+            result = _too_big(path)
         except Exception as exc:  # a parser bug must not stop the scan
             result = ExtractionError(f"extraction failed ({type(exc).__name__}: {exc})")
         conn.send((key, result))
@@ -184,9 +198,7 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                         slots[i] = _Slot(ctx)
                         yield key, ExtractionError(
                             "the extraction library crashed on this file (or needed more than "
-                            f"{WORKER_MEMORY >> 20} MB of memory)",
-                            "open it in a PDF viewer and save a repaired copy",
-                        )
+                            f"{WORKER_MEMORY >> 20} MB of memory)", repair_hint(path))
                         continue
                     slot.job = None
                     yield got_key, result

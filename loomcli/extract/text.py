@@ -24,6 +24,10 @@ _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.]){3,}[ \t]*$")
 
 
 DETECT_BYTES = 1 << 20  # the encoding is guessed from this much of a file
+TRAILING_NULS_MAX = 4  # NULs at the very end of a note that are dropped, not "binary"
+# A text in a legacy encoding has next to no control characters; random bytes read as
+# one have about one in eight (in cp1252).
+CONTROLS_MAX = 0.01
 # When several single-byte encodings read a text equally well (French in cp1250 and
 # cp1252 both look clean to a detector), the Western European one is the likelier note.
 _PREFERRED = ("cp1252", "latin_1")
@@ -38,6 +42,9 @@ def decode(data: bytes) -> str:
     for bom, codec in _BOMS:
         if data.startswith(bom):
             return data[len(bom):].decode(codec, errors="replace")
+    stripped = data.rstrip(b"\0")
+    if len(data) - len(stripped) <= TRAILING_NULS_MAX and b"\0" not in stripped:
+        data = stripped  # an editor's or a tool's stray NUL at the end: still text
     if b"\0" in data:
         text = _utf16_without_bom(data)
         if text is None:
@@ -55,7 +62,17 @@ def decode(data: bytes) -> str:
     non_ascii = sum(1 for ch in text if ord(ch) > 127) - bad
     if non_ascii >= bad:
         return text  # mostly UTF-8 with a few broken bytes: keep it, bytes replaced
-    return data.decode(_guess(data[:DETECT_BYTES]), errors="replace")
+    text = data.decode(_guess(data[:DETECT_BYTES]), errors="replace")
+    if _controls(text[:DETECT_BYTES]) > CONTROLS_MAX * min(len(text), DETECT_BYTES):
+        # No NUL, not UTF-8, and control characters all through it: random or compressed
+        # bytes, which every single-byte encoding would "read".
+        raise ExtractionError("binary file (control bytes all through it), not text",
+                              "remove it or add it to .loomignore")
+    return text
+
+
+def _controls(text: str) -> int:
+    return sum(1 for ch in text if not ch.isprintable() and ch not in "\t\n\r\f\v")
 
 
 def _utf16_without_bom(data: bytes) -> str | None:
@@ -63,8 +80,11 @@ def _utf16_without_bom(data: bytes) -> str | None:
     others the detector decides. Anything else with NUL bytes is binary."""
     sample = data[:4096]
     pairs = len(sample) // 2
-    if pairs < 2 or len(data) % 2:
+    if pairs < 2:
         return None
+    odd_byte = len(data) % 2  # a last byte cut off (a truncated copy): dropped below
+    if odd_byte:
+        data = data[:-1]
     odd = sample[1::2].count(0) / pairs
     even = sample[0::2].count(0) / pairs
     codec = ("utf-16-le" if odd > 0.4 > even * 4 else
@@ -81,7 +101,9 @@ def _utf16_without_bom(data: bytes) -> str | None:
     except UnicodeDecodeError:
         return None
     controls = sum(1 for ch in text[:4096] if not ch.isprintable() and ch not in "\t\n\r\f")
-    return text if controls <= len(text[:4096]) // 100 else None
+    if controls > len(text[:4096]) // 100:
+        return None
+    return text + "\ufffd" if odd_byte else text
 
 
 def _guess(sample: bytes) -> str:

@@ -99,7 +99,8 @@ def evaluate(work: Path) -> None:
     corpus = Corpus.default()
     store = Store.open(corpus.index_path)
     embedder = corpus._embedder()
-    index = semantic.vector_index(store, embedder.identity)
+    size = int(embedder.embed(["size"]).shape[1])
+    index = semantic.vector_index(store, embedder.identity, size)
     # Loom 0.7's recipe: one vector per file (the mean of its passages), cosine.
     files = np.unique(index.ids)
     means = np.zeros((len(files), index.dim), dtype=np.float32)
