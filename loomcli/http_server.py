@@ -299,7 +299,8 @@ class Api:
             Route("/files", files, methods=["GET"]),
             Route("/search", post(lambda b: self.corpus(b.get("corpus")).search(
                 self.required(b, "query"), b.get("limit"),
-                b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"))), methods=["POST"]),
+                b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"), path=b.get("path"),
+                globs=b.get("glob"))), methods=["POST"]),
             Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
