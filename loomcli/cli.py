@@ -289,10 +289,16 @@ def search(
         "--limit", help="Most hits to show (default 10, at most 500).",
         show_default=False)] = None,
     mode: ModeOpt = None,
+    path: Annotated[str | None, typer.Option(
+        "--path", help="Search only this file, or the files of this folder.")] = None,
+    glob: Annotated[list[str] | None, typer.Option(
+        "--glob", "-g", help="Only files whose path matches (gitignore-style glob; "
+        "repeatable; !GLOB excludes), as grep.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rank files by relevance to the query (BM25, and meaning when embeddings are on)."""
-    result = _corpus().search(" ".join(query), limit, mode=mode)
+    """Rank files by relevance to the query (BM25, and meaning when embeddings are on).
+    "a phrase" in quotes matches those words side by side."""
+    result = _corpus().search(" ".join(query), limit, mode=mode, path=path, globs=glob)
     for warning in result.warnings:
         _err(f"warning: {warning}")
     if as_json:

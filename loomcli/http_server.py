@@ -317,7 +317,8 @@ class Api:
             Route("/search", post(lambda b: self.corpus(b.get("corpus")).search(
                 self.required(b, "query"), b.get("limit"),
                 b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"),
-                b.get("prefix", False))), methods=["POST"]),
+                b.get("prefix", False), path=b.get("path"),
+                globs=b.get("glob"))), methods=["POST"]),
             Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),

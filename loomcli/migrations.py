@@ -5,13 +5,18 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
+from array import array
+from collections.abc import Callable, Iterator
 
+from loomcli import scripts
 from loomcli.errors import IndexStateError
 
 # BM25 column weights: a query word in a file's title counts this many times more than
 # one in its body (titles are short and say what the file is about).
 TITLE_WEIGHT = 4.0
 BODY_WEIGHT = 1.0
+# The character pairs of CJK and Thai runs (scripts.py) weigh as much as body words.
+GRAMS_WEIGHT = 1.0
 
 # Chosen by measurement on the kernel docs (README, "Search ranking"): Porter stemming
 # finds "configure" for "configuring"; remove_diacritics lets "cafe" find "café".
@@ -23,7 +28,33 @@ TOKENIZER = "porter unicode61 remove_diacritics 2"
 GRAMS = ("CREATE VIRTUAL TABLE grams USING fts5(body, content='docs', content_rowid='id', "
          "tokenize='trigram', detail='none', columnsize=0)")
 
-MIGRATIONS: list[tuple[str, str]] = [
+CHUNK_SHIFT = 40  # a passage's rowid in `chunks`: file id + (passage number << CHUNK_SHIFT)
+
+
+def chunk_texts(body: bytes, spans: bytes) -> Iterator[tuple[int, str, str | None]]:
+    """(rowid, text, CJK pairs) of each passage of one file, as `chunks` indexes them:
+    the byte ranges its vectors row holds, cut from its UTF-8 text."""
+    ranges = array("i")
+    ranges.frombytes(spans)
+    pairs = zip(ranges[0::2], ranges[1::2], strict=True)
+    for n, (a, b) in enumerate(pairs):
+        text = body[a:b].decode("utf-8", "ignore")
+        yield n << CHUNK_SHIFT, text, scripts.bigram_text(text)
+
+
+def _fill_chunks(conn: sqlite3.Connection) -> None:
+    """Index the passages of every file that already has vectors (no re-embedding)."""
+    rows = conn.execute("SELECT v.file_id, v.spans FROM vectors v JOIN docs d "
+                        "ON d.id = v.file_id WHERE length(v.spans) > 0").fetchall()
+    for file_id, spans in rows:
+        (body,) = conn.execute("SELECT CAST(body AS BLOB) FROM docs WHERE id = ?",
+                               (file_id,)).fetchone()
+        for n, text, grams in chunk_texts(body, spans):
+            conn.execute("INSERT INTO chunks (rowid, body, grams) VALUES (?, ?, ?)",
+                         (file_id + n, text, grams))
+
+
+MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", f"""
         CREATE TABLE roots (
             id INTEGER PRIMARY KEY,
@@ -109,6 +140,33 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE blocks (file_id INTEGER PRIMARY KEY, starts TEXT NOT NULL);
         INSERT INTO grams (rowid, body) SELECT id, body FROM docs;
     """),
+    # Every script searchable: runs of CJK and Thai characters also indexed as character
+    # pairs (scripts.py), in a third column `grams` of the BM25 index read from `cjk`
+    # (a row only for texts that hold such runs). And `chunks`: the BM25 index of the
+    # passages that have vectors (rowid = file id + passage number << 40), so hybrid
+    # search fuses passages with passages (README, "Search by meaning"). Contentless:
+    # it stores no second copy of the text (its deletes re-read the passages).
+    ("006_scripts_and_passages", lambda conn: _run(conn, f"""
+        CREATE TABLE cjk (id INTEGER PRIMARY KEY, grams TEXT NOT NULL);
+        INSERT INTO cjk (id, grams) SELECT id, g FROM (
+            SELECT files.id AS id, loom_bigrams(files.title || char(10) || docs.body) AS g
+            FROM files JOIN docs ON docs.id = files.id) WHERE g IS NOT NULL;
+        DROP TABLE fts;
+        DROP VIEW fts_source;
+        CREATE VIEW fts_source AS
+            SELECT files.id AS id, files.title AS title, docs.body AS body,
+                   cjk.grams AS grams
+            FROM files JOIN docs ON docs.id = files.id LEFT JOIN cjk ON cjk.id = files.id;
+        CREATE VIRTUAL TABLE fts USING fts5(
+            title, body, grams, content='fts_source', content_rowid='id',
+            tokenize='{TOKENIZER}'
+        );
+        INSERT INTO fts(fts, rank) VALUES
+            ('rank', 'bm25({TITLE_WEIGHT}, {BODY_WEIGHT}, {GRAMS_WEIGHT})');
+        INSERT INTO fts(fts) VALUES ('rebuild');
+        CREATE VIRTUAL TABLE chunks USING fts5(body, grams, content='',
+                                               tokenize='{TOKENIZER}');
+    """, then=_fill_chunks)),
     # Paths that stay put: each root's prefix is fixed when the root is added (the first
     # root none, every later one its folder name, made unique), so adding or forgetting
     # another root never changes a path. An index made before showed prefixes only while
@@ -151,6 +209,8 @@ def check_owner(conn: sqlite3.Connection, path: object) -> None:
 
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply the migrations this database has not seen yet."""
+    # Migration 006 computes the CJK pairs of the texts already indexed.
+    conn.create_function("loom_bigrams", 1, scripts.bigram_text, deterministic=True)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL)"
     )
@@ -162,18 +222,27 @@ def migrate(conn: sqlite3.Connection) -> None:
         with conn:
             conn.execute("BEGIN IMMEDIATE")
             if name not in {r[0] for r in conn.execute("SELECT name FROM migrations")}:
-                for statement in _statements(sql):
-                    conn.execute(statement)
+                if callable(sql):
+                    sql(conn)
+                else:
+                    for statement in _statements(sql):
+                        conn.execute(statement)
                 conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
 
 
 def _finite_floats(blob: bytes | None) -> bool:
     """Whether a blob of float32 values holds only finite ones."""
-    from array import array
-
     values = array("f")
     values.frombytes((blob or b"")[:len(blob or b"") // 4 * 4])
     return all(math.isfinite(v) for v in values)
+
+
+def _run(conn: sqlite3.Connection, sql: str,
+         then: Callable[[sqlite3.Connection], None] | None = None) -> None:
+    for statement in _statements(sql):
+        conn.execute(statement)
+    if then is not None:
+        then(conn)
 
 
 def _statements(sql: str) -> list[str]:

@@ -47,9 +47,6 @@ EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
 TOP_K_MAX = 50
 ASK_CANDIDATES = 3  # ask ranks top_k × this many files: near-copies and left-outs give way
 SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
-# A query of more content words than this is a question: BM25 ranks files by any of
-# them instead of first asking for all (measured: README, "Search by meaning").
-QUESTION_WORDS = 3
 QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
@@ -286,6 +283,31 @@ def read_range(store: Store, path: str, offset: int = 0, length: int | None = No
                      len(chunk), total, chunk.decode("utf-8", errors="replace"))
 
 
+def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None:
+    """The files a search may return: `path` (a file, or a folder and what it holds) and
+    the globs, as grep selects them; None for every file."""
+    if path is None and not globs:
+        return None
+    from loomcli.grep import _selected  # ripgrep's rule for -g, as grep applies it
+
+    chosen = store.paths()
+    if path is not None:
+        try:
+            only = store.resolve(path).id
+            chosen = [(fid, shown) for fid, shown in chosen if fid == only]
+        except IndexMissingError:
+            folder = path.rstrip("/") + "/"
+            chosen = [(fid, shown) for fid, shown in chosen if shown.startswith(folder)]
+            if not chosen:
+                raise
+    if globs:
+        from loomcli import ignore
+
+        patterns = ignore.parse_lines(globs, source="--glob")
+        chosen = [(fid, shown) for fid, shown in chosen if _selected(shown, patterns)]
+    return [fid for fid, _ in chosen]
+
+
 # -- connections kept by servers -----------------------------------------------------------
 
 _KEPT = threading.local()  # per thread: {index path: ((st_dev, st_ino), Store)}
@@ -388,17 +410,24 @@ class Corpus:
     # -- reading ------------------------------------------------------------------------
 
     def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
-               mode: Any = None, prefix: Any = False) -> SearchResult:
+               mode: Any = None, prefix: Any = False, *, path: Any = None,
+               globs: Any = None) -> SearchResult:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
         mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
         hybrid. prefix: the query is being typed — its last word matches the words it
-        starts (BM25; the web page's search as you type)."""
+        starts (BM25; the web page's search as you type). `path` (a file or folder) and
+        `globs` (grep's -g) narrow the files."""
         query = _text("query", query, required=False)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
         chosen = self._mode(mode)
+        patterns = _strings("glob", globs)
+        where = None if path is None else check_index_path(path)
         with self.store() as store:
-            found, warnings, query_vector = self._rank(store, query, n, chosen,
+            among = _among(store, where, patterns)
+            if among == []:
+                return SearchResult([])
+            found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,
                                                        prefix=_bool("prefix", prefix))
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
                               page=h.page) for h, how in found]
@@ -431,64 +460,58 @@ class Corpus:
         return chosen
 
     def _rank(self, store: Store, query: str, n: int, mode: str, operator: str = "auto",
-              prefix: bool = False) -> tuple[list[tuple[Hit, str]], list[str], Any]:
+              among: list[int] | None = None, prefix: bool = False
+              ) -> tuple[list[tuple[Hit, str]], list[str], Any]:
         """(hit, how it matched) best first, warnings, and the query's vector (or None).
-        A failing embeddings provider leaves BM25 alone, with a warning. `operator`:
-        how BM25 combines the words (auto: all, else any; OR for ask's questions)."""
-        from loomcli.excerpt import retrieval_query
+        The plan is retrieve.py's; a failing embeddings provider leaves BM25 alone, with
+        a warning. `operator`: how BM25 combines the words (OR for ask's questions);
+        `among`: only these files (--glob, --path)."""
+        from loomcli import retrieve
         from loomcli.store import query_words
 
         if mode == "bm25":
-            words = retrieval_query(query)
-            if operator != "OR" and len(query_words(words)) > QUESTION_WORDS:
-                operator = "OR"  # a question: its content words, any of them (README)
-            return ([(h, "bm25") for h in store.search(
-                words if operator == "OR" else query, n, operator, prefix)], [], None)
-        from loomcli import semantic  # only searches by meaning need it
-
+            ranked = retrieve.bm25(store, query, n, operator, among, prefix)
+            return self._hits(store, query, ranked), [], None
         warnings: list[str] = []
-        passages: list[semantic.Passage] = []
-        vector = None
+        vector = index = None
         try:
-            vector, passages = self._meaning(store, query, max(n, semantic.CANDIDATES))
+            vector, index = self._meaning(store, query)
         except LoomError as exc:
             warnings.append(f"search by meaning failed, BM25 only: {exc}")
-        if not passages and not warnings and query_words(query):
+        if index is None and not warnings and query_words(query):
             warnings.append("no file has vectors yet: run loom scan (BM25 only until then)")
-        near = {p.file_id: p.start for p in passages}
-        if mode == "semantic" and not warnings:
-            ranked = [(p.file_id, p.score) for p in passages[:n]]
-            return [(h, "semantic") for h in store.hits(ranked, query, near)], warnings, vector
-        # The keyword side of hybrid: the question's content words, files holding all of
-        # them first, then those holding any (measured best with vectors: README).
-        keyword = store.rank(retrieval_query(query), max(n, semantic.CANDIDATES), "fill")
-        pinned: set[int] = set()
-        for word in semantic.identifiers(query):
-            pinned.update(fid for fid, _ in store.rank(word, 3, "AND"))
-        fused = semantic.fuse([fid for fid, _ in keyword], [p.file_id for p in passages],
-                              pinned)[:n]
-        how = {fid: h for fid, _, h in fused}
-        lexical = {fid for fid, _ in keyword}
-        near = {fid: start for fid, start in near.items() if fid not in lexical}
-        hits = store.hits([(fid, score) for fid, score, _ in fused], query, near)
-        return [(h, how[h.file_id]) for h in hits], warnings, vector
+        if index is None:
+            ranked = retrieve.bm25(store, query, n, "OR" if operator == "OR" else "auto",
+                                   among)
+        elif mode == "semantic":
+            ranked = retrieve.semantic(store, index, vector, n, among)
+        else:
+            ranked = retrieve.hybrid(store, index, vector, query, n, among)
+        return self._hits(store, query, ranked), warnings, vector
 
-    def _meaning(self, store: Store, query: str, n: int) -> tuple[Any, list[Any]]:
+    @staticmethod
+    def _hits(store: Store, query: str, ranked: list[Any]) -> list[tuple[Hit, str]]:
+        how = {r.file_id: r.match for r in ranked}
+        near = {r.file_id: r.near for r in ranked if r.near}
+        hits = store.hits([(r.file_id, r.score) for r in ranked], query, near)
+        return [(h, how[h.file_id]) for h in hits]
+
+    def _meaning(self, store: Store, query: str) -> tuple[Any, Any]:
+        """The query's vector and the index's vectors, or (None, None) without any."""
         from loomcli import semantic
         from loomcli.embeddings import EmbeddingsError
 
         embedder = self._embedder()
         sizes = {d for d, count in store.vector_dims(embedder.identity).items() if d and count}
         if not sizes or not query.strip():
-            return None, []
+            return None, None
         vector = embedder.embed([query[:QUERY_EMBED_CHARS]])[0]
         if len(vector) not in sizes:
             raise EmbeddingsError(
                 f"{embedder.identity} now gives vectors of {len(vector)} numbers, the "
                 f"index holds vectors of {', '.join(map(str, sorted(sizes)))}",
                 "run loom scan to make them again")
-        index = semantic.vector_index(store, embedder.identity, len(vector))
-        return vector, index.rank(vector, n)
+        return vector, semantic.vector_index(store, embedder.identity, len(vector))
 
     def _embedder(self) -> Any:
         """The configured embedder, one per process (a server keeps its model loaded)."""

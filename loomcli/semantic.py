@@ -1,47 +1,30 @@
-"""Ranking by meaning, and its fusion with BM25.
+"""Vectors: the passages closest to a question, by cosine similarity.
 
-Vector search is brute force over the int8 passage vectors of one model, in numpy:
-every passage is compared with the question (a matrix-vector product), a file scores
-as its best passage. Measured faster than an approximate index needs to be at this
-scale (README, "Search by meaning"); a running server (MCP, HTTP, watch) keeps the
-matrix in memory until the next scan changes a vector.
-
-Fusion is reciprocal rank fusion (RRF): a file's score is the sum over the two lists
-of weight / (RRF_K + rank). Semantic ranks weigh SEMANTIC_WEIGHT, BM25 ranks 1; a file
-whose text holds a rare identifier of the query verbatim is moved to the top.
+Brute force over the int8 passage vectors of one model, in numpy: every passage is
+compared with the question (a matrix-vector product). Measured faster than an
+approximate index needs to be at this scale (README, "Search by meaning"); a running
+server (MCP, HTTP, watch) keeps the matrix in memory until the next scan changes a
+vector. How these passages are fused with BM25's is retrieve.py's business.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from loomcli.store import Store
 
-RRF_K = 60
-# Chosen on the evaluation set (README, "Search by meaning"): semantic ranks counted
-# double. Files holding all or some rare words of the query were measured as extra
-# pins too, and lost recall; only identifiers are pinned.
-SEMANTIC_WEIGHT = 2.0
-CANDIDATES = 50  # files taken from each list before fusing
-POOL = 2000  # passages closest to the query that rank the files
-# A file's score: its best passage, + 0.6 x its second, + 0.36 x its third (measured on
-# the evaluation set: recall@5 0.47 / 0.65 against 0.42 / 0.60 for the best alone).
-PASSAGES_COUNTED, NEXT_PASSAGE_WEIGHT = 3, 0.6
-# Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
-# lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
-IDENTIFIERS_MAX = 8
-IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
+POOL = 2000  # passages closest to the query that rank the files (file-level ranking)
 
 
 @dataclass
 class Passage:
     file_id: int
-    score: float  # cosine similarity of the best passage
-    start: int  # byte range of that passage in the file's text
+    score: float  # cosine similarity to the query, within [0, 1]
+    start: int  # byte range of the passage in the file's text
     end: int
+    number: int = 0  # which passage of the file (its row in `chunks`)
 
 
 def _arrays(dim: int, spans: bytes, vecs: bytes, scales: bytes) -> tuple[Any, Any, Any]:
@@ -73,7 +56,7 @@ class VectorIndex:
     def __init__(self, store: Store, model: str, size: int | None = None) -> None:
         import numpy as np
 
-        ids, spans, vecs, scales = [], [], [], []
+        ids, nth, spans, vecs, scales = [], [], [], [], []
         dim = 0
         for file_id, d, sp, vc, sc in store.iter_vectors(model, size):
             file_spans, file_vecs, file_scales = _arrays(d, sp, vc, sc)
@@ -81,11 +64,13 @@ class VectorIndex:
                 continue
             dim = d
             ids.append(np.full(len(file_scales), file_id, dtype=np.int64))
+            nth.append(np.arange(len(file_scales), dtype=np.int32))
             spans.append(file_spans)
             vecs.append(file_vecs)
             scales.append(file_scales)
         self.dim = dim
         self.ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        self.nth = np.concatenate(nth) if nth else np.zeros(0, dtype=np.int32)
         self.spans = np.concatenate(spans) if spans else np.zeros((0, 2), dtype=np.int32)
         self.vecs = np.concatenate(vecs) if vecs else np.zeros((0, 1), dtype=np.int8)
         self.scales = np.concatenate(scales) if scales else np.zeros(0, dtype=np.float32)
@@ -96,30 +81,33 @@ class VectorIndex:
     def similarities(self, query: Any) -> Any:
         return _similarities(self.vecs, self.scales, query)
 
-    def rank(self, query: Any, limit: int) -> list[Passage]:
-        """The `limit` files closest to the query. A file scores as its best passage plus
-        its next ones at decreasing weight (a file that answers in several places is
-        likelier the one), among the POOL passages closest to the query."""
+    def top(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
+        """The `limit` passages closest to the query, best first (of the files `among`
+        names, when given). Similarity is the cosine, clipped to [0, 1]."""
         import numpy as np
 
         if len(self) == 0 or self.dim != len(query):
             return []
-        sims = self.similarities(query)
-        take = min(len(sims), POOL)
+        sims = np.clip(self.similarities(query), 0.0, 1.0)
+        if among is not None:
+            sims = np.where(np.isin(self.ids, np.fromiter(among, dtype=np.int64)), sims, -1.0)
+        take = min(len(sims), limit)
         top = np.argpartition(-sims, take - 1)[:take]
         top = top[np.argsort(-sims[top], kind="stable")]
+        return [Passage(int(self.ids[i]), float(sims[i]), int(self.spans[i, 0]),
+                        int(self.spans[i, 1]), int(self.nth[i]))
+                for i in top.tolist() if sims[i] >= 0]
+
+    def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
+        """The `limit` files closest to the query, each as its best passage (no bonus for
+        a long file's many passages: a file is as close as its closest part)."""
         best: dict[int, Passage] = {}
-        seen: dict[int, int] = {}
-        for i in top.tolist():
-            fid = int(self.ids[i])
-            k = seen.get(fid, 0)
-            if k == 0:
-                best[fid] = Passage(fid, float(sims[i]), int(self.spans[i, 0]),
-                                    int(self.spans[i, 1]))
-            elif k < PASSAGES_COUNTED:
-                best[fid].score += float(sims[i]) * NEXT_PASSAGE_WEIGHT ** k
-            seen[fid] = k + 1
-        return sorted(best.values(), key=lambda p: -p.score)[:limit]
+        for p in self.top(query, POOL, among):
+            if p.file_id not in best:
+                best[p.file_id] = p
+                if len(best) == limit:
+                    break
+        return list(best.values())
 
 
 _cache: dict[tuple[str, str, int], tuple[int, VectorIndex]] = {}
@@ -156,34 +144,3 @@ def passage_scores(store: Store, file_id: int, model: str, query: Any
     sims = _similarities(vecs, scales, query)
     return [(int(a), int(b), float(s)) for (a, b), s in zip(spans.tolist(), sims.tolist(),
                                                              strict=True)]
-
-
-def fuse(bm25: list[int], semantic: list[int], pinned: set[int] | None = None,
-         weight: float = SEMANTIC_WEIGHT) -> list[tuple[int, float, str]]:
-    """(file id, fused score, how it matched: bm25 | semantic | both), best first.
-    `pinned` files (holding a query identifier verbatim) come first, in BM25 order."""
-    scores: dict[int, float] = {}
-    how: dict[int, str] = {}
-    for rank, fid in enumerate(bm25, 1):
-        scores[fid] = scores.get(fid, 0.0) + 1.0 / (RRF_K + rank)
-        how[fid] = "bm25"
-    for rank, fid in enumerate(semantic, 1):
-        scores[fid] = scores.get(fid, 0.0) + weight / (RRF_K + rank)
-        how[fid] = "both" if fid in how else "semantic"
-    top = 1.0 + weight  # above any fused score
-    for fid in pinned or ():
-        if fid in scores:
-            scores[fid] += top
-    return sorted(((fid, s, how[fid]) for fid, s in scores.items()),
-                  key=lambda t: -t[1])
-
-
-def identifiers(query: str) -> list[str]:
-    """The query's identifiers, each once, at most IDENTIFIERS_MAX (each costs a query)."""
-    out: list[str] = []
-    for m in IDENTIFIER.finditer(query):
-        if m.group() not in out:
-            out.append(m.group())
-            if len(out) == IDENTIFIERS_MAX:
-                break
-    return out

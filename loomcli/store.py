@@ -19,9 +19,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
-from loomcli.migrations import check_owner, migrate
+from loomcli.migrations import CHUNK_SHIFT, check_owner, chunk_texts, migrate
 
 SNIPPET_START, SNIPPET_END = "\x02", "\x03"  # highlight markers, rendered by the edges
 SNIPPET_TOKENS = 16
@@ -119,24 +120,57 @@ _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, conte
 def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
     """Turn any user text into a safe FTS5 query: each word a quoted phrase.
 
-    Words are split on white space; `e-mail` stays one phrase ("e mail"). Text with no
-    letters or digits gives "" (no query). `prefix`: the last word, when it ends the
-    text and has PREFIX_MIN_CHARS or more, matches the words it starts (as you type).
+    Words are split on white space; `e-mail` stays one phrase ("e mail"), and so does a
+    `"quoted phrase"` (its words adjacent, in order). A run of CJK or Thai characters is
+    looked for as the phrase of its character pairs (scripts.py). Text with no letters
+    or digits gives "" (no query). `prefix`: the last word, when it ends the text and has
+    PREFIX_MIN_CHARS or more, matches the words it starts (as you type).
     """
     words = query_words(query)
-    phrases = ['"' + w.replace('"', '""') + '"' for w in words]
-    if prefix and words and query.rstrip() == query and query.endswith(words[-1]) \
-            and len(words[-1]) >= PREFIX_MIN_CHARS and words[-1][-1].isalnum():
-        phrases[-1] += "*"
-    return f" {operator} ".join(phrases)
+    terms = [_fts_term(w) for w in words]
+    if prefix and words and terms[-1] == _quoted(words[-1]) and query.rstrip() == query \
+            and query.endswith(words[-1]) and len(words[-1]) >= PREFIX_MIN_CHARS \
+            and words[-1][-1].isalnum():
+        terms[-1] += "*"
+    return f" {operator} ".join(filter(None, terms))
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _fts_term(word: str) -> str:
+    """One query word (or phrase) as an FTS5 expression."""
+    if not scripts.has_runs(word):
+        return _quoted(word)
+    rest, runs = scripts.split_word(word)
+    parts = [_quoted(rest)] if re.search(r"\w", rest) else []
+    for run in runs:
+        # A lone character: the pairs it starts (a prefix query).
+        parts.append(f"grams : {_quoted(run)}" + (" *" if len(run) == 1 else ""))
+    return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
+
+
+_PHRASE = re.compile(r'"([^"]*)"')
 
 
 def query_words(query: str) -> list[str]:
-    """The words of a query as FTS5 will see them: split on white space, those with a
-    letter or digit, each once, at most QUERY_TERMS_MAX (a longer question keeps its
-    first words: search cost must not grow with the length of what is pasted in)."""
+    """The words of a query as FTS5 will see them: split on white space (a `"quoted
+    phrase"` stays one, without its quotes), those with a letter or digit, each once, at
+    most QUERY_TERMS_MAX (a longer question keeps its first words: search cost must not
+    grow with the length of what is pasted in)."""
     seen: dict[str, str] = {}
-    for word in _CONTROL_CHARS.sub(" ", query).split():
+    clean = _CONTROL_CHARS.sub(" ", query)
+    pieces: list[str] = []
+    pos = 0
+    for m in _PHRASE.finditer(clean):
+        pieces += clean[pos:m.start()].split()
+        phrase = " ".join(m.group(1).split())
+        if phrase:
+            pieces.append(phrase)
+        pos = m.end()
+    pieces += clean[pos:].split()
+    for word in pieces:
         if re.search(r"\w", word) and word.casefold() not in seen:
             seen[word.casefold()] = word
             if len(seen) == QUERY_TERMS_MAX:
@@ -154,33 +188,63 @@ def snippet_at(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> tup
     query word starts a word, the matching words marked; the text's start when none is
     found. Works on a bounded prefix of the text (SNIPPET_SCAN_BYTES), so a huge note
     costs no more than a small one. Words match by prefix (a crude stand-in for the
-    index's Porter stemming)."""
-    stems = sorted({w.casefold()[:SNIPPET_STEM] for w in _WORDS.findall(" ".join(words))},
-                   key=len, reverse=True)
+    index's Porter stemming); a run of CJK or Thai characters matches where it occurs,
+    each of its characters counting a third of a word."""
+    joined_words = " ".join(words)
+    literal = sorted(set(scripts.runs(joined_words)), key=len, reverse=True)
+    stems = sorted({w.casefold()[:SNIPPET_STEM] for w in _WORDS.findall(
+        scripts.RUN.sub(" ", joined_words))}, key=len, reverse=True)
     found = None
-    if stems:
-        rx = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, stems)) + ")", re.I)
+    alternatives = [f"(?<!\\w)(?:{'|'.join(map(re.escape, stems))})"] if stems else []
+    alternatives += [re.escape(r) for r in literal]
+    if alternatives:
+        rx = re.compile("|".join(alternatives), re.I)
         found = rx.search(text)
-    spans = [(m.start(), m.end()) for m in _WORDS.finditer(
-        text, max(0, found.start() - 400) if found else 0,
-        (found.start() + 2000) if found else 2000)]
+    lo = max(0, found.start() - 400) if found else 0
+    hi = (found.start() + 2000) if found else 2000
+    spans = [(m.start(), m.end()) for m in _SNIPPET_TOKEN.finditer(text, lo, hi)]
     if not spans:
         return "", 0
+    marked: list[tuple[int, int]] = [(m.start(), m.end()) for r in literal
+                                     for m in re.finditer(re.escape(r), text[lo:hi])]
+    marked = [(a + lo, b + lo) for a, b in marked]
     first = 0
     if found:
         first = next(i for i, (a, b) in enumerate(spans) if b > found.start())
-        first = max(0, first - tokens // 4)
-    chosen = spans[first:first + tokens]
+        back = 0.0
+        while first > 0 and back < tokens // 4:
+            first -= 1
+            back += _cost(text, spans[first])
+    chosen, budget = [], 0.0
+    for span in spans[first:]:
+        if budget >= tokens:
+            break
+        chosen.append(span)
+        budget += _cost(text, span)
     raw, prev = [], chosen[0][0]
     for a, b in chosen:
         word = text[a:b]
-        hit = bool(stems) and word.casefold().startswith(tuple(stems))
+        hit = (bool(stems) and word.casefold().startswith(tuple(stems))) or any(
+            x <= a and b <= y for x, y in marked)
         raw += [text[prev:a], f"{SNIPPET_START}{word}{SNIPPET_END}" if hit else word]
         prev = b
-    joined = " ".join("".join(raw).split())
+    joined = " ".join("".join(raw).split()).replace(SNIPPET_END + SNIPPET_START, "")
+    joined = _CJK_SPACE.sub("", joined)  # a line break inside Chinese or Japanese text
     lead = "…" if chosen[0][0] > 0 else ""
     tail = "…" if chosen[-1][1] < len(text.rstrip()) else ""
     return lead + joined + tail, found.start() if found else chosen[0][0]
+
+
+# A snippet's tokens: each CJK or Thai character, or a word of other letters.
+_SNIPPET_TOKEN = re.compile(f"{scripts.CHAR.pattern}|[^\\W{scripts.RANGES}]+")
+
+
+_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f"
+_CJK_SPACE = re.compile(f"(?<=[{_HAN_KANA}]) (?=[\x02\x03]*[{_HAN_KANA}])")
+
+
+def _cost(text: str, span: tuple[int, int]) -> float:
+    return 1 / 3 if scripts.CHAR.match(text, span[0]) else 1.0
 
 
 # 16 KB pages for a new index: texts are long rows, read whole by grep, and a row read
@@ -196,6 +260,7 @@ PAGE_SIZE = 16384
 # 4.3 -> 0.6 s, the BM25 index 1.4 -> 0.2 s).
 _TITLE_OF = "(SELECT title FROM files WHERE id = ?1)"
 _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
+_GRAMS_OF = "(SELECT grams FROM cjk WHERE id = ?1)"
 
 # grep's trigram index holds a long text as blocks of about this many characters, cut
 # after a newline: candidates are blocks, and grep reads only those. Measured on the
@@ -414,8 +479,9 @@ class Store:
         SQLite reads them itself, Python holds at most one block of them)."""
         if not self.conn.execute("SELECT 1 FROM docs WHERE id = ?", (file_id,)).fetchone():
             return
-        self.conn.execute(f"INSERT INTO fts (fts, rowid, title, body) VALUES "
-                          f"('delete', ?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
+        self.conn.execute(f"INSERT INTO fts (fts, rowid, title, body, grams) VALUES "
+                          f"('delete', ?1, {_TITLE_OF}, {_BODY_OF}, {_GRAMS_OF})", (file_id,))
+        self.conn.execute("DELETE FROM cjk WHERE id = ?", (file_id,))
         starts = self.block_starts(file_id)
         if starts is None:
             self.conn.execute(f"INSERT INTO grams (grams, rowid, body) VALUES "
@@ -457,9 +523,12 @@ class Store:
         else:
             self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
                               (file_id,))
+        grams = scripts.bigram_text(f"{doc.title}\n{doc.text}")
+        if grams is not None:
+            self.conn.execute("INSERT INTO cjk (id, grams) VALUES (?, ?)", (file_id, grams))
         doc.text = ""
-        self.conn.execute(f"INSERT INTO fts (rowid, title, body) VALUES "
-                          f"(?1, {_TITLE_OF}, {_BODY_OF})", (file_id,))
+        self.conn.execute(f"INSERT INTO fts (rowid, title, body, grams) VALUES "
+                          f"(?1, {_TITLE_OF}, {_BODY_OF}, {_GRAMS_OF})", (file_id,))
 
     def _insert_blocks(self, file_id: int, text: str) -> None:
         """Index a long text for grep as blocks of about GREP_BLOCK_CHARS, each ending
@@ -483,6 +552,7 @@ class Store:
 
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
                         doc: Extracted) -> None:
+        self._chunks_delete(file_id)
         self._fts_delete(file_id)
         self.conn.execute("DELETE FROM vectors WHERE file_id = ?", (file_id,))
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
@@ -537,6 +607,7 @@ class Store:
             (root_id, relpath, size, mtime_ns, file_id))
 
     def remove(self, file_id: int) -> None:
+        self._chunks_delete(file_id)
         self._fts_delete(file_id)
         self.conn.execute("DELETE FROM vectors WHERE file_id = ?", (file_id,))
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
@@ -569,6 +640,7 @@ class Store:
     def optimize(self) -> None:
         """Merge FTS5 segments after a large change: smaller index, faster queries."""
         self.conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
+        self.conn.execute("INSERT INTO chunks (chunks) VALUES ('optimize')")
         self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
     # -- vectors (search by meaning) ----------------------------------------------------
@@ -591,10 +663,28 @@ class Store:
 
     def put_vectors(self, file_id: int, model: str, dim: int, spans: bytes, vecs: bytes,
                     scales: bytes) -> None:
-        self.conn.execute(
+        self._chunks_delete(file_id)
+        cur = self.conn.execute(
             "INSERT OR REPLACE INTO vectors (file_id, model, dim, spans, vecs, scales) "
             "SELECT id, ?, ?, ?, ?, ? FROM files WHERE id = ? AND indexed_at IS NOT NULL",
             (model, dim, spans, vecs, scales, file_id))
+        if cur.rowcount and spans:
+            self._chunks(file_id, spans, "INSERT INTO chunks (rowid, body, grams) "
+                                         "VALUES (?, ?, ?)")
+
+    def _chunks(self, file_id: int, spans: bytes, sql: str) -> None:
+        body = self.text_bytes(file_id)
+        for n, text, grams in chunk_texts(body, spans):
+            self.conn.execute(sql, (file_id + n, text, grams))
+
+    def _chunks_delete(self, file_id: int) -> None:
+        """Take a file's passages out of `chunks` (contentless: FTS5 wants the very
+        values it indexed, read again from the text and the spans still stored)."""
+        row = self.conn.execute("SELECT spans FROM vectors WHERE file_id = ?",
+                                (file_id,)).fetchone()
+        if row and row[0]:
+            self._chunks(file_id, row[0], "INSERT INTO chunks (chunks, rowid, body, grams) "
+                                          "VALUES ('delete', ?, ?, ?)")
 
     def vector_counts(self) -> dict[str, int]:
         """Files with vectors, by the model that made them."""
@@ -632,32 +722,69 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------
 
-    def rank(self, query: str, limit: int, operator: str = "auto", prefix: bool = False
+    def rank(self, query: str, limit: int, operator: str = "auto",
+             among: Sequence[int] | None = None, prefix: bool = False
              ) -> list[tuple[int, float]]:
         """(file id, BM25 score) best first. `auto`: all words must match, else any may.
         `fill`: the files holding all words first, then those holding any, up to limit
-        (for questions: a long one rarely has all its words in one file)."""
+        (for questions: a long one rarely has all its words in one file). `among`: only
+        these files (search's --glob and --path)."""
         if operator == "fill":
-            every = self.rank(query, limit, "AND")
+            every = self.rank(query, limit, "AND", among, prefix)
             if len(every) < limit:
                 seen = {fid for fid, _ in every}
-                every += [h for h in self.rank(query, limit, "OR") if h[0] not in seen]
+                every += [h for h in self.rank(query, limit, "OR", among, prefix)
+                          if h[0] not in seen]
             return every[:limit]
+        where, extra = self._among("rowid", among)
         for op in (("AND", "OR") if operator == "auto" else (operator,)):
             match = quote_fts(query, op, prefix)
             if not match:
                 return []
             rows = self.conn.execute(
-                "SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
-                (match, limit)).fetchall()
+                f"SELECT rowid, -rank FROM fts WHERE fts MATCH ?{where} ORDER BY rank "
+                "LIMIT ?", (match, *extra, limit)).fetchall()
             if rows:
                 return [(int(r[0]), float(r[1])) for r in rows]
         return []
 
-    def search(self, query: str, limit: int, operator: str = "auto", prefix: bool = False
-               ) -> list[Hit]:
+    @staticmethod
+    def _among(column: str, among: Sequence[int] | None) -> tuple[str, tuple[str, ...]]:
+        if among is None:
+            return "", ()
+        return (f" AND {column} IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(among)),))
+
+    def rank_passages(self, query: str, limit: int, operator: str = "OR",
+                      among: Sequence[int] | None = None) -> list[tuple[int, int, float]]:
+        """(file id, passage number, BM25 score) of the passages that have vectors, best
+        first: a long manual competes with a short note passage for passage."""
+        match = quote_fts(query, operator)
+        if not match:
+            return []
+        where, extra = self._among(f"(rowid & {FILE_MASK})", among)
+        rows = self.conn.execute(
+            f"SELECT rowid, -rank FROM chunks WHERE chunks MATCH ?{where} ORDER BY rank "
+            "LIMIT ?", (match, *extra, limit)).fetchall()
+        return [(int(r) & FILE_MASK, int(r) >> CHUNK_SHIFT, float(score))
+                for r, score in rows]
+
+    def frequency(self, word: str, cap: int) -> int:
+        """In how many files a query word occurs, counted up to `cap` (bounded cost)."""
+        match = quote_fts(word)
+        if not match:
+            return 0
+        return int(self.conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+            (match, cap)).fetchone()[0])
+
+    def file_count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
+
+    def search(self, query: str, limit: int, operator: str = "auto",
+               among: Sequence[int] | None = None, prefix: bool = False) -> list[Hit]:
         """BM25-ranked files. `auto`: all words must match, else any word may."""
-        return self.hits(self.rank(query, limit, operator, prefix), query)
+        return self.hits(self.rank(query, limit, operator, among, prefix), query)
 
     def hits(self, ranked: list[tuple[int, float]], query: str,
              near: dict[int, int] | None = None) -> list[Hit]:

@@ -27,7 +27,7 @@ from typing import Any
 from loomcli.config import Config
 from loomcli.embeddings import EmbeddingsError, identity, require_numpy
 from loomcli.errors import ProviderError
-from loomcli.providers import CONNECT_HINT, DEFAULT_ENDPOINTS, DEFAULT_KEY_ENV, HttpSettings
+from loomcli.providers import DEFAULT_ENDPOINTS, DEFAULT_KEY_ENV, REGISTRY, HttpSettings
 
 BATCH = 32
 # 32 vectors of 4,096 numbers are about 3 MB of JSON: five times that is the most an
@@ -158,11 +158,11 @@ class RemoteEmbedder:
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 if expired.is_set() or isinstance(exc, TimeoutError):
-                    raise self._error(self.http._timeout()) from None
+                    raise self._error(self.http._timeout(self.http.timeout_s)) from None
                 reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                 raise EmbeddingsError(
                     f"cannot reach {self.provider} at {self.endpoint}: {reason}",
-                    CONNECT_HINT[self.provider].format(table="embeddings")) from None
+                    REGISTRY[self.provider].connect_hint.format(table="embeddings")) from None
             chunks: list[bytes] = []
             size = 0
             try:
@@ -181,11 +181,11 @@ class RemoteEmbedder:
                     chunks.append(piece)
             except (OSError, http.client.HTTPException) as exc:
                 if expired.is_set() or isinstance(exc, TimeoutError):
-                    raise self._error(self.http._timeout()) from None
+                    raise self._error(self.http._timeout(self.http.timeout_s)) from None
                 raise EmbeddingsError(f"{self.endpoint} closed the connection mid-answer "
                                       f"({exc})", "try again") from None
             if expired.is_set() or time.monotonic() > deadline:
-                raise self._error(self.http._timeout())
+                raise self._error(self.http._timeout(self.http.timeout_s))
             raw = b"".join(chunks)
             if resp.status != 200:
                 raise self._error(self.http._http_error(resp.status, _message(raw)))

@@ -1,0 +1,251 @@
+"""The query plan of every search: terms → candidates from BM25 and vectors → fusion → hits.
+
+`store` runs the SQL (files and passages by BM25), `semantic` the vectors (passages by
+cosine); this module decides what to ask each and how to fuse their answers, so that
+following one search means reading one file.
+
+Hybrid is fused passage by passage (reciprocal rank fusion): the passages BM25 ranks
+best and those closest in meaning each get weight / (RRF_K + rank), a passage found by
+both gets both, and a file scores as its best passage (plus its rank among whole files
+by BM25, for files whose vectors are pending or whose words are spread out). A long
+manual thus competes with a short note passage for passage, not by the number of its
+pages. On top of the fusion three rules:
+
+- no match means no match: a passage that only resembles the question must reach
+  SIMILARITY_FLOOR (calibrated on nonsense and on the evaluation sets), else it is not a
+  candidate; with nothing left, the answer is empty (exit 1, `ask` sends nothing);
+- exact words win: files holding the query's quoted phrases, its identifiers, or (for a
+  query of a few words, not a question) all its rare words come first;
+- language-aware fusion: a question in another language than the passages closest to
+  it (told by function words and scripts) leans on the vectors, since BM25 would only
+  find other texts in the question's language.
+
+Scores a person can read: semantic ones are cosines within [0, 1]; hybrid ones are the
+fused score over the best possible (1.0 = first in every list), files matched exactly
+(rule two) within [0.5, 1], the others within [0, 0.5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loomcli.excerpt import STOPWORDS, retrieval_query
+from loomcli.store import Store, query_words
+
+RRF_K = 60
+FILE_CANDIDATES = 50  # files BM25 ranks as whole files
+PASSAGE_CANDIDATES = 200  # passages taken from each passage list
+# Weights of the three lists in the fusion, chosen on both evaluation sets
+# (tests/bench/bench_retrieval.py; docs/benchmarks.md, "Search by meaning").
+PASSAGE_BM25_WEIGHT = 1.0
+PASSAGE_VECTOR_WEIGHT = 1.0
+FILE_BM25_WEIGHT = 0.5
+CROSS_LANGUAGE_BM25 = 0.25  # BM25's weights when the question's language is not the texts'
+# The least cosine similarity of a passage found by meaning alone. Calibrated with the
+# built-in model: nonsense ("zzzzqqq", "qwpoeiruty asdfjkl") stays below, the passages
+# that answer the evaluation questions above (docs/benchmarks.md).
+SIMILARITY_FLOOR = 0.30
+QUESTION_WORDS = 3  # more content words than this: a question (no rare-word pins)
+RARE_SHARE = 0.02  # a word in at most this share of the files is rare
+PIN_LIMIT = 50
+LANGUAGE_SAMPLE = 5  # passages whose language is compared with the question's
+LANGUAGE_SAMPLE_BYTES = 600
+# Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
+# lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
+IDENTIFIERS_MAX = 8
+IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
+
+# Function words that tell a language apart (each list: frequent, rarely another's).
+_FUNCTION_WORDS = {
+    "en": "the and of to is in that it for how what with do does can my not are this on "
+          "why when which from be by",
+    "it": "il lo la gli le di che non per come una uno del della dei delle nel nella "
+          "sono è cosa quando perché posso faccio si mi ci anche più degli alla",
+    "fr": "le les des est une dans que qui pour pas sur au avec ce cette je comment "
+          "sont du ne",
+    "de": "der die das und ist nicht mit von zu den ein eine ich wie was auf für sich "
+          "auch",
+    "es": "el los las y es por con para una que del como se qué cómo está pero al "
+          "muy",
+}
+_LANGUAGE_OF: dict[str, list[str]] = {}
+for _lang, _words in _FUNCTION_WORDS.items():
+    for _w in _words.split():
+        _LANGUAGE_OF.setdefault(_w, []).append(_lang)
+_SCRIPTS = (("ja", re.compile(r"[\u3040-\u30ff]")), ("ko", re.compile(r"[\uac00-\ud7af]")),
+            ("zh", re.compile(r"[\u4e00-\u9fff]")), ("th", re.compile(r"[\u0e00-\u0e7f]")),
+            ("ru", re.compile(r"[\u0400-\u04ff]")))
+_WORD = re.compile(r"\w+")
+
+
+def language(text: str) -> str | None:
+    """A cheap guess: the script (kana: Japanese, Hangul: Korean, Han: Chinese …), else
+    the language whose function words the text uses most; None when unsure."""
+    for name, rx in _SCRIPTS:
+        if len(rx.findall(text)) >= 2:
+            return name
+    counts: dict[str, float] = {}
+    for word in _WORD.findall(text.lower()):
+        for lang in _LANGUAGE_OF.get(word, ()):
+            counts[lang] = counts.get(lang, 0.0) + 1.0 / len(_LANGUAGE_OF[word])
+    if not counts:
+        return None
+    best = max(counts, key=lambda k: counts[k])
+    return best if counts[best] >= 1.0 else None
+
+
+def identifiers(query: str) -> list[str]:
+    """The query's identifiers, each once, at most IDENTIFIERS_MAX (each costs a query)."""
+    out: list[str] = []
+    for m in IDENTIFIER.finditer(query):
+        if m.group() not in out:
+            out.append(m.group())
+            if len(out) == IDENTIFIERS_MAX:
+                break
+    return out
+
+
+@dataclass
+class Plan:
+    """What a query asks for."""
+
+    text: str
+    content: str  # without function words: what BM25 ranks by
+    phrases: list[str]  # "quoted phrases"
+    question: bool  # more than QUESTION_WORDS content words
+    language: str | None
+
+
+def plan(query: str) -> Plan:
+    phrases = [w for w in query_words(query) if " " in w]
+    content = retrieval_query(query)
+    if phrases:  # keep phrases whole (retrieval_query splits on spaces)
+        rest = re.sub(r'"[^"]*"', " ", query)
+        content = " ".join([f'"{p}"' for p in phrases] + [retrieval_query(rest)]).strip()
+    words = [w for w in query_words(content) if w.lower() not in STOPWORDS]
+    return Plan(query, content, phrases, len(words) > QUESTION_WORDS, language(query))
+
+
+@dataclass
+class Ranked:
+    file_id: int
+    score: float
+    match: str  # "bm25" | "semantic" | "both"
+    near: int | None = None  # byte offset of the passage that matched by meaning
+
+
+@dataclass
+class Weights:
+    """The fusion's weights: module constants unless a benchmark tries others."""
+
+    passage_bm25: float = PASSAGE_BM25_WEIGHT
+    passage_vector: float = PASSAGE_VECTOR_WEIGHT
+    file_bm25: float = FILE_BM25_WEIGHT
+    cross_language: float = CROSS_LANGUAGE_BM25
+    floor: float = SIMILARITY_FLOOR
+    pins: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def bm25(store: Store, query: str, limit: int, operator: str = "auto",
+         among: Sequence[int] | None = None, prefix: bool = False) -> list[Ranked]:
+    """Files by BM25. A question (more than QUESTION_WORDS content words) is ranked by
+    any of its content words; a few words by all of them, else any (`auto`). `prefix`:
+    the last word is being typed (store.quote_fts)."""
+    p = plan(query)
+    if operator == "OR" or p.question:
+        found = store.rank(p.content, limit, "OR", among)
+    else:
+        found = store.rank(query, limit, operator, among, prefix)
+    return [Ranked(fid, score, "bm25") for fid, score in found]
+
+
+def semantic(store: Store, index: Any, vector: Any, limit: int,
+             among: Sequence[int] | None = None, floor: float = SIMILARITY_FLOOR
+             ) -> list[Ranked]:
+    """Files by their passage closest to the query (cosine), those past the floor."""
+    return [Ranked(p.file_id, p.score, "semantic", p.start)
+            for p in index.rank(vector, limit, among) if p.score >= floor]
+
+
+def pins(store: Store, p: Plan, among: Sequence[int] | None) -> list[int]:
+    """Files that hold the query's words as typed: its phrases and identifiers, and for
+    a few words (not a question) all its rare ones. In BM25 order."""
+    out: list[int] = []
+    for word in identifiers(p.text):
+        out += [fid for fid, _ in store.rank(word, 3, "AND", among) if fid not in out]
+    exact = [f'"{x}"' for x in p.phrases]
+    if not p.question:
+        total = max(1, store.file_count())
+        cap = max(1, int(total * RARE_SHARE))
+        words = [w for w in query_words(re.sub(r'"[^"]*"', " ", p.content))
+                 if w.lower() not in STOPWORDS]
+        # Every word rare: the files that have them all are what was asked for.
+        if words and all(store.frequency(w, cap + 1) <= cap for w in words):
+            exact += words
+    if exact:
+        out += [fid for fid, _ in store.rank(" ".join(exact), PIN_LIMIT, "AND", among)
+                if fid not in out]
+    return out
+
+
+def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
+           among: Sequence[int] | None = None, weights: Weights | None = None
+           ) -> list[Ranked]:
+    """Files by passage-level fusion of BM25 and vectors (see the module's docstring)."""
+    w = weights or Weights()
+    p = plan(query)
+    files = store.rank(p.content, FILE_CANDIDATES, "fill", among)
+    lexical = store.rank_passages(p.content, PASSAGE_CANDIDATES, "OR", among)
+    close = index.top(vector, PASSAGE_CANDIDATES, among) if vector is not None else []
+    lexical_files = {fid for fid, _ in files} | {fid for fid, _, _ in lexical}
+    close = [c for c in close if c.score >= w.floor or c.file_id in lexical_files]
+    scale = 1.0
+    if p.language and close and _cross_language(store, p.language, close):
+        scale = w.cross_language
+    passage: dict[tuple[int, int], float] = {}
+    for rank, (fid, n, _) in enumerate(lexical, 1):
+        key = (fid, n)
+        passage[key] = passage.get(key, 0.0) + scale * w.passage_bm25 / (RRF_K + rank)
+    for rank, c in enumerate(close, 1):
+        key = (c.file_id, c.number)
+        passage[key] = passage.get(key, 0.0) + w.passage_vector / (RRF_K + rank)
+    best: dict[int, float] = {}
+    for (fid, _), score in passage.items():
+        best[fid] = max(best.get(fid, 0.0), score)
+    for rank, (fid, _) in enumerate(files, 1):
+        best[fid] = best.get(fid, 0.0) + scale * w.file_bm25 / (RRF_K + rank)
+    top = ((w.passage_bm25 + w.file_bm25) * scale + w.passage_vector) / (RRF_K + 1)
+    near: dict[int, int] = {}
+    for c in close:
+        near.setdefault(c.file_id, c.start)
+    meaning = set(near)
+    pinned = pins(store, p, among) if w.pins else []
+    tier = {fid: i for i, fid in enumerate(pinned)}
+    out = []
+    for fid, score in best.items():
+        how = ("both" if fid in meaning else "bm25") if fid in lexical_files else "semantic"
+        norm = min(1.0, score / top)
+        shown = 0.5 + 0.5 * norm if fid in tier else 0.5 * norm
+        out.append(Ranked(fid, shown, how, None if fid in lexical_files else near[fid]))
+    for fid in pinned:  # pinned by an identifier or phrase, outside every list
+        if fid not in best:
+            out.append(Ranked(fid, 0.5, "bm25"))
+    out.sort(key=lambda r: -r.score)
+    return out[:limit]
+
+
+def _cross_language(store: Store, lang: str, close: list[Any]) -> bool:
+    """Whether the passages closest to the question are mostly in another language."""
+    votes: dict[str, int] = {}
+    for c in close[:LANGUAGE_SAMPLE]:
+        text = store.text_bytes(c.file_id, c.start, LANGUAGE_SAMPLE_BYTES)
+        got = language(text.decode("utf-8", "ignore"))
+        if got:
+            votes[got] = votes.get(got, 0) + 1
+    if not votes:
+        return False
+    return max(votes, key=lambda k: votes[k]) != lang
