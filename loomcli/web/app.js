@@ -370,7 +370,7 @@ views.search = (() => {
         count.textContent = "";
         shown = query;
       } else {
-        const result = await callJSON("POST", "/search", { query, limit: 20, prefix: true, excerpt_chars: 0 });
+        const result = await callJSON("POST", "/search", { query, limit: 10, prefix: true, excerpt_chars: 0 });
         if (mine === seq && queued === null) show(query, result);
       }
     } catch (error) {

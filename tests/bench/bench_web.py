@@ -105,8 +105,11 @@ def main() -> None:
         info = post("/pages", {"path": pdf_path})
         page_text = post("/file", {"path": pdf_path, "offset": info["pages"][HIT_PAGE - 1],
                                    "length": 4000})["content"]
+        # A word whose first match, as the page looks for it (its first 6 letters starting
+        # a word), is on page HIT_PAGE or so.
         word = next(w for w in re.findall(r"[A-Za-z]{9,}", page_text)
-                    if post("/grep", {"pattern": w, "path": pdf_path, "limit": 1}
+                    if post("/grep", {"pattern": r"(?:^|[^\pL\pN_])(?:" + w[:6].lower() + ")",
+                                      "path": pdf_path, "limit": 1}
                             )["matches"][0]["page"] >= HIT_PAGE - 1)
 
         with sync_playwright() as p:
@@ -152,7 +155,7 @@ def main() -> None:
                 for text in typed:
                     browser_ms.append(page.evaluate(keystroke, text))
                     t0 = time.perf_counter()
-                    post("/search", {"query": text, "limit": 20, "prefix": True,
+                    post("/search", {"query": text, "limit": 10, "prefix": True,
                                      "excerpt_chars": 0})
                     api_ms.append(1000 * (time.perf_counter() - t0))
             page.close()
@@ -180,7 +183,9 @@ def main() -> None:
             text = subprocess.run(["pdftotext", "-layout", str(PDF), "-"], capture_output=True,
                                   check=True).stdout.decode("utf-8", "replace")
             pages = text.split("\f")
-            found = next(i for i, t in enumerate(pages) if word in t)
+            stem = word[:6].lower()  # what the page looks for
+            found = next(i for i, t in enumerate(pages)
+                         if re.search(rf"(?<![^\W_]){stem}", t.lower()))
             peer_ms.append(1000 * (time.perf_counter() - t0))
     finally:
         conns[0].close()
@@ -189,6 +194,7 @@ def main() -> None:
 
     b50, b95 = statistics.median(browser_ms), pct(browser_ms, 95)
     a50, a95 = statistics.median(api_ms), pct(api_ms, 95)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"first load of /: {first_load} bytes ({first_load / 1024:.1f} KB; goal <= 300 KB) "
           f"in {len(sizes)} responses")
     print(f"search as you type, kernel docs ({len(typed)} keystrokes x {args.rounds}, warm): "
