@@ -107,19 +107,20 @@ class Tab:
 @pytest.fixture
 def serve(browser):
     """serve(*args, env=...) -> Tab on a fresh `loom serve`; all stopped at the end."""
-    made: list[tuple[Server, Tab]] = []
+    servers: list[Server] = []
+    tabs: list[Tab] = []
 
     def start(*args: str, env: dict | None = None, **context: Any) -> Tab:
-        server = Server("--processes", "1", *args, env=env)
-        tab = Tab(browser, server, **context)
-        made.append((server, tab))
-        return tab
+        servers.append(Server("--processes", "1", *args, env=env))  # stopped even if
+        tabs.append(Tab(browser, servers[-1], **context))  # the tab cannot be made
+        return tabs[-1]
 
     yield start
-    for server, tab in made:
-        try:
+    try:
+        for tab in tabs:
             tab.close()
-        finally:
+    finally:
+        for server in servers:
             server.stop()
 
 
