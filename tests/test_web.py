@@ -107,19 +107,20 @@ class Tab:
 @pytest.fixture
 def serve(browser):
     """serve(*args, env=...) -> Tab on a fresh `loom serve`; all stopped at the end."""
-    made: list[tuple[Server, Tab]] = []
+    servers: list[Server] = []
+    tabs: list[Tab] = []
 
     def start(*args: str, env: dict | None = None, **context: Any) -> Tab:
-        server = Server("--processes", "1", *args, env=env)
-        tab = Tab(browser, server, **context)
-        made.append((server, tab))
-        return tab
+        servers.append(Server("--processes", "1", *args, env=env))  # stopped even if
+        tabs.append(Tab(browser, servers[-1], **context))  # the tab cannot be made
+        return tabs[-1]
 
     yield start
-    for server, tab in made:
-        try:
+    try:
+        for tab in tabs:
             tab.close()
-        finally:
+    finally:
+        for server in servers:
             server.stop()
 
 
@@ -454,6 +455,63 @@ def test_ask_streams_and_its_sources_open(serve, scanned_notes, loom_home):
         source.click()
         expect(page).to_have_url(re.compile(r"/file\?path=manuals%2Ffield-guide\.pdf"))
         expect(page.locator("#doc-text")).to_contain_text("Invoice FT-2026-0412")
+
+
+def test_ask_shows_quotes_steps_and_accounting_of_the_final_event(serve, scanned_notes):
+    """The fields the window and agent work add to ask's last streamed event (quotes,
+    sources with pages, context, timings, steps, conversation_id), rendered from that
+    framing: the browser's POST /ask is answered here with those lines."""
+    tab = serve()
+    m = api(tab.server, "/grep", {"pattern": "Invoice FT", "path": "manuals/field-guide.pdf"}
+            )["matches"][0]
+    step = {"tool": "loom_grep", "arguments": {"pattern": "FT-2026"}, "result": "1 match"}
+    final = {"done": True, "answer": "It is FT-2026-0412 [manuals/field-guide.pdf, page 4].",
+             "citations": ["manuals/field-guide.pdf"],
+             "used": [{"path": "manuals/field-guide.pdf",
+                       "title": "Field Guide to the Loom Workshop", "content_len": 918}],
+             "sources": [{"path": "manuals/field-guide.pdf",
+                          "title": "Field Guide to the Loom Workshop", "pages": [4]}],
+             "quotes": [{"text": "Invoice FT-2026-0412", "path": "manuals/field-guide.pdf",
+                         "offset": m["offset"], "length": 20, "page": 4, "verified": True},
+                        {"text": "paid in gold", "path": "manuals/field-guide.pdf",
+                         "offset": None, "length": None, "page": None, "verified": False}],
+             "context": {"window_tokens": 8192, "prompt_tokens": 612, "answer_tokens": 20,
+                         "source": "api/show", "files_sent": 1, "files_left_out": 0},
+             "timings": {"retrieve_ms": 3, "llm_ms": 40},
+             "steps": [step], "conversation_id": "c-42"}
+    lines = [{"step": step}, {"text": "It is FT-2026-0412 "},
+             {"text": "[manuals/field-guide.pdf, page 4]."}, final]
+    bodies: list[Any] = []
+
+    def answer(route: Any) -> None:
+        bodies.append(route.request.post_data_json)
+        route.fulfill(status=200, content_type="application/x-ndjson",
+                      body="".join(json.dumps(x) + "\n" for x in lines))
+
+    page = tab.goto("/ask")
+    page.route(tab.server.url + "/ask", answer)
+    page.fill("#question", "which invoice?")
+    page.check("#ask-agent")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator("#ask-state")).to_have_text("Done.")
+    expect(page.locator("#ask-steps li")).to_have_count(1)  # from the event, not twice
+    expect(page.locator("#ask-steps li")).to_contain_text('loom_grep {"pattern":"FT-2026"}')
+    expect(page.locator("#sources li").first).to_contain_text("page 4")
+    expect(page.locator("#quotes li")).to_have_count(2)
+    expect(page.locator("#quotes li").nth(0).locator(".verified")).to_be_visible()
+    expect(page.locator("#quotes li").nth(1).locator(".unverified")).to_be_visible()
+    expect(page.locator("#ask-context")).to_contain_text("8192")
+    expect(page.locator("#ask-context")).to_contain_text("c-42")
+    expect(page.locator("#answer a")).to_have_text("manuals/field-guide.pdf, page 4")
+    expect(page.locator("#ask-follow")).to_be_visible()
+    page.check("#ask-follow")
+    page.get_by_role("button", name="Ask").click()
+    expect(page.locator("#ask-state")).to_have_text("Done.")
+    assert bodies[0] == {"question": "which invoice?", "stream": True, "agent": True}
+    assert bodies[1]["conversation_id"] == "c-42"
+    page.locator("#quotes li").first.get_by_role("link").click()
+    expect(page.locator("#doc-text mark.current")).to_have_text("Invoice FT-2026-0412")
+    expect(page.locator("#file-page")).to_have_text("page 4 of 5")
 
 
 def test_a_deep_link_to_ask_fills_the_box_and_calls_nothing(serve, scanned_notes, loom_home):

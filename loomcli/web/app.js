@@ -369,8 +369,9 @@ views.search = (() => {
         list.replaceChildren();
         count.textContent = "";
         shown = query;
+        if (current === "search") history.replaceState(null, "", href("/search", {}));
       } else {
-        const result = await callJSON("POST", "/search", { query, limit: 20, prefix: true, excerpt_chars: 0 });
+        const result = await callJSON("POST", "/search", { query, limit: 10, prefix: true, excerpt_chars: 0 });
         if (mine === seq && queued === null) show(query, result);
       }
     } catch (error) {
@@ -399,12 +400,13 @@ views.search = (() => {
     for (const w of result.warnings || []) count.append(el("span", { class: "hint" }, ` — ${w}`));
     list.replaceChildren(...result.hits.map((hit) => hitItem(hit, query, re)));
     list.dataset.query = query; // for tests and benchmarks: the results shown are for this
+    // The address follows, after the results are painted (replaceState can take ms).
+    setTimeout(() => {
+      if (current === "search" && input.value === query) history.replaceState(null, "", href("/search", { q: query }));
+    }, 0);
   }
 
-  input.addEventListener("input", () => {
-    history.replaceState(null, "", href("/search", { q: input.value }));
-    run(input.value);
-  });
+  input.addEventListener("input", () => run(input.value));
   input.addEventListener("keydown", (event) => {
     if (event.key === "ArrowDown") { event.preventDefault(); select(selected + 1); }
     else if (event.key === "ArrowUp") { event.preventDefault(); select(selected - 1); }
