@@ -262,7 +262,7 @@ def seen_share(corpus: Any, questions: list[dict[str, Any]]) -> None:
                              f"sent), {lost}")
             label = "Ollama (num_ctx sent)" if server == "ollama" else "llama.cpp-style"
             print(f"  after, rule {rule!r}, {label}: " + "; ".join(cells))
-    assemble.DEFAULT_RULE = "fewer"
+    assemble.DEFAULT_RULE = "shorter"
     del plan_mod
 
 
