@@ -419,7 +419,7 @@ def test_notes_that_are_binary_or_nearly_text(tmp_path, loom_home):
     noise = os.urandom(8 << 20).translate(None, b"\0")  # random bytes, no NUL among them
     write(folder / "noise.txt", noise)
     write(folder / "cut.txt", "Appunti: la città è bella.\n".encode("utf-16-le") + b"\x0a")
-    write(folder / "nul.md", "# Nul\nends with a stray NUL\n".encode() + b"\0")
+    write(folder / "nul.md", b"# Nul\nends with a stray NUL\n\0")
     report = json.loads(loom("scan", str(folder), "--json", check=1).stdout)
     assert report["errors"] == [{"path": "noise.txt", "error": "binary file (control bytes "
                                  "all through it), not text — remove it or add it to "

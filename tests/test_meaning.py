@@ -501,4 +501,5 @@ def test_values_that_are_not_numbers_fail_softly_everywhere(notes, loom_home):
             assert watch.proc.poll() is None
         finally:
             assert watch.stop() == 0
-        assert "three.md" in loom("files").stdout
+        # two.md's scan ended before three.md was written (three.md's may be stopped).
+        assert "two.md" in loom("files").stdout
