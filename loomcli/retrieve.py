@@ -211,9 +211,8 @@ def pins(store: Store, p: Plan, among: Sequence[int] | None) -> list[int]:
         cap = max(1, int(total * RARE_SHARE))
         words = [w for w in query_words(re.sub(r'"[^"]*"', " ", p.content))
                  if w.lower() not in STOPWORDS]
-        # Every word rare: the files that have them all are what was asked for.
-        if words and all(store.frequency(w, cap + 1) <= cap for w in words):
-            exact += words
+        # A few words, some rare: the files that hold every rare one were asked for.
+        exact += [w for w in words if store.frequency(w, cap + 1) <= cap]
     if exact:
         out += [fid for fid, _ in store.rank(" ".join(exact), PIN_LIMIT, "AND", among)
                 if fid not in out]

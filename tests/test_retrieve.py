@@ -103,7 +103,7 @@ def test_ask_sends_nothing_for_nonsense(home, query):
 
 
 @pytest.mark.parametrize("query", ["mutable default arguments", '"default arguments"',
-                                   "mutable default arguments python"])
+                                   "python default arguments"])
 def test_the_note_holding_the_words_stays_first_beside_long_manuals(home, query):
     """BM25 alone ranks the manuals first here (each holds every word sixty times);
     hybrid pins the note that holds the words as typed."""
@@ -132,7 +132,8 @@ def test_scores_are_readable(home, query):
     assert semantic, "a real question finds something by meaning"
     scores = [h["score"] for h in semantic]
     assert all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
-    assert all(s >= retrieve.FLOOR_BASE for s in scores)
+    assert scores[0] >= retrieve.FLOOR_BASE  # the closest passage passed the floor
+    assert all(s >= retrieve.FLOOR_BASE - retrieve.FLOOR_MARGIN for s in scores)
     fused = hits(query, "--mode", "hybrid")
     scores = [h["score"] for h in fused]
     assert all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
