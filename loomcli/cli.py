@@ -698,7 +698,7 @@ def chat(
 @app.command("conversations")
 def conversations_cmd(
     limit: Annotated[int | None, typer.Option(
-        "--limit", "-n", help="How many to list (default 20, at most 1000).",
+        "--limit", help="How many to list (default 20, at most 1000).",
         show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:

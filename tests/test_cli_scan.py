@@ -229,6 +229,8 @@ def test_init_writes_a_valid_starting_config(loom_home, notes):
      "of auto, always, never — try loom grep --help\n"),
     (["grep", "x", "-l", "-c"], "loom: -l and -c cannot be used together — choose one\n"),
     (["search", "x", "-n", "3"], "loom: No such option: -n — try loom search --help\n"),
+    (["conversations", "-n", "3"],
+     "loom: No such option: -n — try loom conversations --help\n"),
     (["serch", "x"],
      "loom: No such command 'serch'. Did you mean 'search', 'serve'? — try loom --help\n"),
     (["search", "x", "--bogus"],
