@@ -294,11 +294,17 @@ def search(
     glob: Annotated[list[str] | None, typer.Option(
         "--glob", "-g", help="Only files whose path matches (gitignore-style glob; "
         "repeatable; !GLOB excludes), as grep.")] = None,
+    here: Annotated[bool, typer.Option(
+        "--here", help="Only files under the current folder (inside an indexed one).")
+                    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Rank files by relevance to the query (BM25, and meaning when embeddings are on).
     "a phrase" in quotes matches those words side by side."""
-    result = _corpus().search(" ".join(query), limit, mode=mode, path=path, globs=glob)
+    corpus = _corpus()
+    result = corpus.search(" ".join(query), limit, mode=mode,
+                           path=None if path is None else corpus.index_path_of(path),
+                           globs=glob, within=Path.cwd() if here else None)
     for warning in result.warnings:
         _err(f"warning: {warning}")
     if as_json:

@@ -411,12 +411,13 @@ class Corpus:
 
     def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
                mode: Any = None, prefix: Any = False, *, path: Any = None,
-               globs: Any = None) -> SearchResult:
+               globs: Any = None, within: Path | None = None) -> SearchResult:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
         mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
         hybrid. prefix: the query is being typed — its last word matches the words it
         starts (BM25; the web page's search as you type). `path` (a file or folder) and
-        `globs` (grep's -g) narrow the files."""
+        `globs` (grep's -g) narrow the files; `within`: a folder on disk (the CLI's
+        --here), as grep's."""
         query = _text("query", query, required=False)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
@@ -425,6 +426,9 @@ class Corpus:
         where = None if path is None else check_index_path(path)
         with self.store() as store:
             among = _among(store, where, patterns)
+            if within is not None:
+                under = self._ids_within(store, within)
+                among = under if among is None else [f for f in among if f in set(under)]
             if among == []:
                 return SearchResult([])
             found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,

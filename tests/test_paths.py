@@ -1,5 +1,5 @@
 """Paths that stay put: adding or forgetting a root never moves a path; commands take a
-path on disk; `--here` scopes grep to the current folder; a folder is indexed once."""
+path on disk; `--here` scopes grep and search to the current folder; a folder is indexed once."""
 
 from __future__ import annotations
 
@@ -59,6 +59,24 @@ def test_grep_here_scopes_to_the_current_folder(notes, tmp_path):
     outside = loom("grep", "--here", "madder", cwd=tmp_path, check=2)
     assert outside.stderr.startswith(f"loom: {tmp_path} is not inside an indexed folder — "
                                      "cd into one of them, or drop --here")
+
+
+def test_search_here_and_path_on_disk_scope_to_a_folder(notes, tmp_path):
+    other = tmp_path / "other"
+    write(other / "sub" / "x.md", "# Dyes\nmadder here too\n")
+    loom("scan", str(notes))
+    loom("scan", str(other))
+
+    def found(*args, cwd=None):
+        out = loom("search", "madder", "--json", *args, cwd=cwd).stdout
+        return [h["path"] for h in json.loads(out)["hits"]]
+
+    assert "other/sub/x.md" in found() and len(found()) > 1
+    assert found("--here", cwd=other / "sub") == ["other/sub/x.md"]
+    assert found("--path", str(other)) == ["other/sub/x.md"]  # a folder on disk
+    assert found("--here", cwd=notes / "journal") == ["journal/2026-03-14.md"]
+    outside = loom("search", "madder", "--here", cwd=tmp_path, check=2)
+    assert outside.stderr.startswith(f"loom: {tmp_path} is not inside an indexed folder")
 
 
 def test_a_folder_is_indexed_once(notes, tmp_path):
