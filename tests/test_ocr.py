@@ -85,3 +85,26 @@ def test_images_are_indexed_only_when_listed_in_extensions(tmp_path, loom_home):
     report = json.loads(loom("scan", str(folder), "--json").stdout)
     assert report["added"] == 1 and report["failed"] == 0
     assert loom("grep", "FT-2026-0777").stdout.startswith("receipt.png:")
+
+
+def test_ocr_of_one_file_has_a_time_cap_however_many_pages_it_has(tmp_path):
+    """Each OCR page used to move the file's deadline on, so a long scan of noise could run
+    for minutes past its limit while the scan held the write lock (issue 23, item 12)."""
+    from pypdf import PdfReader, PdfWriter
+
+    from loomcli.errors import ExtractionError
+    from loomcli.extract.ocr import OcrSettings
+    from loomcli.extract.pool import extract_documents
+
+    writer = PdfWriter()
+    for _ in range(8):  # 16 scanned pages: about 35 s of OCR, far past the 6 s caps below
+        for page in PdfReader(FIXTURES / "ocr" / "scanned-letter.pdf").pages:
+            writer.add_page(page)
+    book = tmp_path / "book.pdf"
+    with book.open("wb") as out:
+        writer.write(out)
+    [(key, result)] = extract_documents([("book", str(book), book.stat().st_size)],
+                                        workers=1, limit=lambda size: 6.0,
+                                        ocr=OcrSettings(True, "eng"), ocr_file_s=6.0)
+    assert key == "book" and isinstance(result, ExtractionError), result
+    assert "was stopped" in str(result)

@@ -31,6 +31,10 @@ WORKER_MEMORY = 512 << 20
 # A page recognised by OCR moves the file's deadline to this long from then: a scanned
 # book may take minutes, but no single page more than this.
 OCR_PAGE_S = 60.0
+# ...and no file more than this in all, however many pages it has: each page's heartbeat
+# moved the deadline on, so a 20-page scan of noise took 406 s against a 30 s limit while
+# its scan held the write lock. Ten minutes is a 150-page book on a laptop core.
+OCR_FILE_S = 600.0
 PAGE_DONE = "page done"  # a worker's heartbeat between OCR pages
 
 
@@ -152,15 +156,17 @@ class _Slot:
 
 def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None = None,
                       limit: Callable[[int], float] = timeout_for,
-                      ocr: OcrSettings | None = None,
+                      ocr: OcrSettings | None = None, ocr_file_s: float = OCR_FILE_S,
                       ) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
     """Extract (key, path, size) jobs; yield (key, result) as each finishes.
 
     `limit(size)` is the time a file of that many bytes may take; `ocr` says whether and
-    in which languages pages without text are recognised.
+    in which languages pages without text are recognised. A page of OCR done moves the
+    file's deadline on by OCR_PAGE_S, never past `ocr_file_s` from the file's start.
     """
     pending = deque(jobs)
     size_of = {key: size for key, _, size in pending}
+    started: dict[Any, float] = {}
     if not pending:
         return
     ctx = worker_context()
@@ -171,7 +177,8 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
             for i, slot in enumerate(slots):
                 if slot.job is None and pending:
                     key, path, size = pending.popleft()
-                    slot.job = (key, path, time.monotonic() + limit(size))
+                    started[key] = time.monotonic()
+                    slot.job = (key, path, started[key] + limit(size))
                     try:
                         slot.conn.send((key, path, ocr))
                     except OSError:  # the worker died: replace it and retry once
@@ -190,7 +197,9 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                     try:
                         got_key, result = slot.conn.recv()
                         if isinstance(result, str) and result == PAGE_DONE:
-                            slot.job = (key, path, time.monotonic() + OCR_PAGE_S)
+                            cap = started[key] + max(ocr_file_s, limit(size_of[key]))
+                            slot.job = (key, path, min(cap, max(slot_deadline,
+                                                                time.monotonic() + OCR_PAGE_S)))
                             continue
                     except (EOFError, OSError):
                         # The worker died (a crash in the PDF library, or out of memory).
@@ -205,11 +214,17 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                 elif time.monotonic() >= slot_deadline:
                     slot.stop(kill=True)
                     slots[i] = _Slot(ctx)
-                    yield key, ExtractionError(
-                        f"extraction took longer than {limit(size_of[key]):.0f}s and "
-                        "was stopped",
-                        "the file may be pathological; add it to .loomignore",
-                    )
+                    took = slot_deadline - started[key]
+                    if took > limit(size_of[key]):  # OCR pages had moved the deadline on
+                        yield key, ExtractionError(
+                            f"OCR of this file took longer than {took:.0f}s and was stopped",
+                            "leave it out with .loomignore, or turn [ocr] off for it")
+                    else:
+                        yield key, ExtractionError(
+                            f"extraction took longer than {limit(size_of[key]):.0f}s and "
+                            "was stopped",
+                            "the file may be pathological; add it to .loomignore",
+                        )
     finally:
         for slot in slots:
             slot.stop(kill=slot.job is not None)
