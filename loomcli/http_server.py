@@ -393,6 +393,9 @@ class Api:
             except LoomError as exc:
                 sys.stderr.write(f"loom serve: {what}: {exc}\n")
                 emit({"error": scrub(str(exc))})
+            except Exception as exc:  # a bug: the stream still ends with its error line
+                sys.stderr.write(f"loom serve: {what}: internal error: {exc!r}\n")
+                emit({"error": "internal error — see the server's log"})
             finally:
                 anyio.from_thread.run(send.aclose)
 
@@ -425,46 +428,18 @@ class Api:
         citations, used, sources, quotes, context, timings, conversation_id, steps}, or
         {"error": message} when the LLM fails mid-way. An agent ask also sends {"step":
         {tool, arguments, result_chars, ms}} as each tool runs."""
-        import anyio
-        from starlette.responses import StreamingResponse
-
         from loomcli import providers
 
         # Everything that can fail before the first piece fails here, with its status.
         provider = await self.run(lambda: providers.from_config(corpus.config))
         cid = await self.run(lambda: corpus.check_ask(question, top_k, mode, agent, cid))
-        send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
 
-        def work() -> None:
-            def piece(text: str) -> None:
-                anyio.from_thread.run(send.send, {"text": text})
+        def work(emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+            return corpus.ask(question, top_k, mode=mode, agent=agent, conversation_id=cid,
+                              provider=provider, on_text=lambda text: emit({"text": text}),
+                              on_step=lambda done: emit({"step": done.to_dict()})).to_dict()
 
-            def step(done: Any) -> None:
-                anyio.from_thread.run(send.send, {"step": done.to_dict()})
-
-            try:
-                result = corpus.ask(question, top_k, mode=mode, agent=agent,
-                                    conversation_id=cid, provider=provider, on_text=piece,
-                                    on_step=step)
-                anyio.from_thread.run(send.send, {"done": True, **result.to_dict()})
-            except LoomError as exc:
-                sys.stderr.write(f"loom serve: ask: {exc}\n")
-                anyio.from_thread.run(send.send, {"error": scrub(str(exc))})
-            except Exception as exc:  # a bug: the stream still ends with its error line
-                sys.stderr.write(f"loom serve: ask: internal error: {exc!r}\n")
-                anyio.from_thread.run(send.send, {"error": "internal error — see the "
-                                                  "server's log"})
-            finally:
-                anyio.from_thread.run(send.aclose)
-
-        async def lines() -> AsyncIterator[bytes]:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: self.run(work))
-                async with receive:
-                    async for event in receive:
-                        yield _json_bytes(event) + b"\n"
-
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return self.stream(work, "ask")
 
 
 def build_app(load_config: Callable[[], Config], settings: Settings,
