@@ -618,8 +618,10 @@ class Corpus:
         if case is not None and case not in CASES:
             raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
         n_context = _int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0
+        if _text("pattern", pattern, required=False) == "":
+            raise QueryError("pattern must not be empty")  # white space is a pattern (rg)
         return matches(
-            store, _text("pattern", pattern),
+            store, pattern,
             path=None if path is None else check_index_path(path),
             globs=_strings("glob", globs), context=n_context,
             case_sensitive=_bool("case_sensitive", case_sensitive), case=case,

@@ -451,3 +451,12 @@ def test_search_hits_name_the_page_of_their_snippet(tmp_path):
                                   "note.md": "madder in a note\n"})
     hits = {h.path: h for h in store.search("madder", 10)}
     assert hits["doc.pdf"].page == 2 and hits["note.md"].page is None
+
+
+def test_a_pattern_of_white_space_is_searched_for_as_ripgrep_does(tmp_path, loom_home):
+    write(tmp_path / "n" / "a.md", "two  spaces\none space\n")
+    subprocess.run([*LOOM, "scan", str(tmp_path / "n")], check=True, capture_output=True)
+    found = subprocess.run([*LOOM, "grep", "-F", "  "], capture_output=True, text=True)
+    assert (found.returncode, found.stdout) == (0, "a.md:1:3:two  spaces\n")
+    empty = subprocess.run([*LOOM, "grep", ""], capture_output=True, text=True)
+    assert (empty.returncode, empty.stderr) == (2, "loom: pattern must not be empty\n")
