@@ -111,7 +111,7 @@ def test_an_index_made_before_is_migrated_and_finds_japanese(tmp_path, loom_home
     loom_home.mkdir(parents=True)
     conn = sqlite3.connect(loom_home / "index.db", isolation_level=None)
     saved = migrations.MIGRATIONS
-    migrations.MIGRATIONS = [m for m in saved if not m[0].startswith("006")]
+    migrations.MIGRATIONS = [m for m in saved if m[0] < "006"]  # the versions before it
     try:
         migrations.migrate(conn)
     finally:
