@@ -84,9 +84,12 @@ def build(db_path: Path) -> int:
     try:
         with Store.open(db_path) as store:
             holding = [False]
+            inode = os.stat(db_path).st_ino
 
             def stop() -> bool:
                 holding[0] = turns.take()
+                if holding[0] and not _same_file(db_path, inode):
+                    between()  # set aside by `scan --rebuild`: not this builder's index
                 return not holding[0]
 
             def between() -> None:
@@ -94,9 +97,21 @@ def build(db_path: Path) -> int:
                     turns.give_back()
                     holding[0] = False
 
-            return fill(store, stop, between)
+            done = fill(store, stop, between)
+            if not _same_file(db_path, inode):
+                # Closing would checkpoint into, and delete, the WAL file now at the
+                # index's path: the new index's. The kernel closes the files instead.
+                os._exit(0)
+            return done
     finally:
         turns.close()
+
+
+def _same_file(path: Path, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
 
 
 def main(argv: list[str]) -> int:
