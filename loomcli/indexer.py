@@ -3,7 +3,8 @@
 Every check that can refuse the scan (missing root, malformed ignore pattern) runs
 before the first write. Writes are committed in batches; each file's change is whole
 inside one batch, so an interrupted or killed scan leaves a consistent index and the
-next scan completes the work.
+next scan completes the work. grep's trigram index is filled after the text, by the scan
+or by a process of its own (grep_index.py).
 """
 
 from __future__ import annotations

@@ -124,7 +124,9 @@ def test_a_large_scan_hands_grep_index_to_a_builder_that_gives_way(tmp_path, loo
 def test_a_writer_waits_for_the_builder_instead_of_failing(tmp_path):
     db = tmp_path / "index.db"
     Store.open(db, create=True).close()
+    assert not locks.building(db)
     builder = locks.take_builder_lock(db)
+    assert locks.building(db)  # what `loom status` tells
     turns = locks.Turns(db)
     try:
         assert turns.take()  # the builder writes a batch
@@ -162,6 +164,7 @@ def test_a_writer_waits_for_the_builder_instead_of_failing(tmp_path):
     finally:
         turns.close()
         os.close(builder)
+    assert not locks.building(db)
     # Without a builder, a busy index is still an error for a writer that cannot wait.
     with locks.write_lock(db), pytest.raises(BusyError), locks.write_lock(db):
         pass
