@@ -67,8 +67,11 @@ def start(db_path: Path, lock_fd: int) -> None:
     building from the moment the scan returns), once the scan has let go of the write
     lock."""
     try:
-        subprocess.Popen([sys.executable, "-m", "loomcli.grep_index", str(db_path),
-                          str(lock_fd)], pass_fds=(lock_fd,), start_new_session=True,
+        # -P: not the working folder first on sys.path (a checkout of another loom there
+        # would be the one imported).
+        subprocess.Popen([sys.executable, "-P", "-m", "loomcli.grep_index",
+                          str(db_path.absolute()), str(lock_fd)], pass_fds=(lock_fd,),
+                         start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     except OSError:
