@@ -379,6 +379,11 @@ def status(
         if v["stale"]:
             line += f", {v['stale']} by another model (stale: the next scan replaces them)"
         _out(line + ("" if v["enabled"] else " — embeddings are off"))
+    g = data["grep_index"]
+    if g["pending"]:
+        _out(f"grep index: {g['pending']} files to add "
+             + ("(being built now)" if g["building"] else "(by the next scan)")
+             + "; grep reads them directly meanwhile")
     last = data["last_scan"]
     if last:
         import datetime as dt

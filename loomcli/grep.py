@@ -378,7 +378,7 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
         inside = set(within)
         file_ids = [fid for fid in (within if file_ids is None else file_ids) if fid in inside]
     match = query_for(compiled.text) if indexed and path is None else None
-    holding: dict[int, set[int]] | None = None
+    holding: dict[int, set[int] | None] | None = None
     if match:
         holding = store.candidates(match)
         file_ids = [fid for fid in (holding if file_ids is None else file_ids)

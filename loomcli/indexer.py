@@ -3,7 +3,8 @@
 Every check that can refuse the scan (missing root, malformed ignore pattern) runs
 before the first write. Writes are committed in batches; each file's change is whole
 inside one batch, so an interrupted or killed scan leaves a consistent index and the
-next scan completes the work.
+next scan completes the work. grep's trigram index is filled after the text, by the scan
+or by a process of its own (grep_index.py).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loomcli import discover
+from loomcli import discover, grep_index
 from loomcli.config import Config
-from loomcli.errors import BusyError, ExtractionError, NoTextError, RootError
+from loomcli.errors import ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
 from loomcli.extract.text import extract_note
+from loomcli.locks import write_lock
 from loomcli.store import FileRow, Root, Store
 
 NO_TEXT_LAYER = "PDF has no text layer"  # a skip that OCR, once on, may undo
@@ -160,30 +162,6 @@ def forget(store: Store, folder: str | Path) -> int:
         return store.remove_root(root.id)
 
 
-@contextmanager
-def write_lock(db_path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """One writer at a time: a second scan waits for the first (searches never wait)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: SQLite's own locking still keeps the file consistent
-        yield
-        return
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{db_path}.lock", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is None:
-                raise BusyError(f"another loom scan is writing to {db_path}",
-                                "wait for it to finish and try again") from None
-            on_wait(f"another loom scan is writing to {db_path}; waiting for it to finish…")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 @dataclass
 class _Todo:
     root: Root
@@ -234,13 +212,16 @@ class Indexer:
     def __init__(self, store: Store, config: Config, *, progress: Progress | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  on_wait: Callable[[str], None] | None = None,
-                 on_change: OnChange | None = None) -> None:
+                 on_change: OnChange | None = None,
+                 grep_inline_bytes: int = grep_index.INLINE_BYTES) -> None:
         self.store = store
         self.config = config
         self.progress = progress
         self.clock = clock
         self.on_wait = on_wait
         self.on_change = on_change
+        self.grep_inline_bytes = grep_inline_bytes
+        self._builder_lock: int | None = None  # grep_index.after_scan's hand-off
         self._ocr: bool | None = None
         self._start = 0.0
         self._saved = {"added": 0, "updated": 0, "moved": 0, "removed": 0}
@@ -260,11 +241,19 @@ class Indexer:
             patterns = discover.load_patterns(root, self.config.ignore, self.config.path.name)
             found.append(discover.walk(root, patterns, self.config.extensions))
         self._start = start
-        with write_lock(self.store.path, self.on_wait):
-            try:
-                self._apply(found, report, force)
-            except KeyboardInterrupt:
-                raise ScanInterrupted(self._saved) from None
+        self._builder_lock = None
+        try:
+            with write_lock(self.store.path, self.on_wait):
+                try:
+                    self._apply(found, report, force)
+                except KeyboardInterrupt:
+                    raise ScanInterrupted(self._saved) from None
+        except BaseException:
+            if self._builder_lock is not None:
+                os.close(self._builder_lock)
+            raise
+        if self._builder_lock is not None:  # the write lock is free: the builder may go
+            grep_index.start(self.store.path, self._builder_lock)
         return report  # its duration_ms was set as the scan was recorded
 
     def _commit_done(self, report: ScanReport) -> None:
@@ -363,6 +352,9 @@ class Indexer:
         if report.changed >= OPTIMIZE_AFTER_CHANGES:
             with store.transaction():
                 store.optimize()
+        # The text is searchable: grep's trigram index now if little is new, else by a
+        # process of its own once this scan is done (grep_index.py).
+        self._builder_lock = grep_index.after_scan(store, self.grep_inline_bytes)
         if self.config.get("embeddings.enabled"):
             report.vectors = self._embed().to_dict()
         report.duration_ms = int((self.clock() - self._start) * 1000)  # as recorded, too

@@ -183,6 +183,12 @@ MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
     ("008_finite_vectors", """
         DELETE FROM vectors WHERE NOT finite_floats(scales);
     """),
+    # grep's trigram index is filled after the scan that stored the text (indexer.py,
+    # "grep's index later"): `grams_todo` names the texts not in it yet, which grep
+    # reads linearly meanwhile. Every text indexed before is in it already.
+    ("009_grams_todo", """
+        CREATE TABLE grams_todo (id INTEGER PRIMARY KEY);
+    """),
 ]
 
 

@@ -666,12 +666,22 @@ class Corpus:
             with self.store() as store:
                 out.counts = store.status()
                 out.counts["vectors"] = self._vector_status(store)
+                out.counts["grep_index"] = self._grep_index_status(store)
         else:
             out.counts = {"roots": [], "files": 0, "notes": 0, "pdfs": 0, "documents": 0,
                           "failed": 0, "skipped": 0,
                           "text_bytes": 0, "index_bytes": 0, "last_scan": None,
-                          "vectors": self._vector_status(None)}
+                          "vectors": self._vector_status(None),
+                          "grep_index": {"pending": 0, "building": False}}
         return out
+
+    @staticmethod
+    def _grep_index_status(store: Store) -> dict[str, Any]:
+        """How many texts grep's trigram index still lacks (grep reads them whole
+        meanwhile) and whether a process is adding them now (grep_index.py)."""
+        from loomcli import locks
+
+        return {"pending": store.grams_pending()[0], "building": locks.building(store.path)}
 
     def problems(self, kind: str) -> list[tuple[str, str]]:
         """(path, reason) of the files that `failed` or were `skipped` (no text)."""
@@ -728,11 +738,14 @@ class Corpus:
         except IndexStateError:
             raise RootError("the index is too damaged to tell which folders it held",
                             "name them: loom scan --rebuild DIR...") from None
+        from loomcli.locks import write_lock
+
         path = self.index_path
-        if path.exists():
-            path.replace(path.with_name(path.name + ".damaged"))
-        for suffix in ("-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        with write_lock(path):  # a writer of the old index (grep's builder) is done first
+            if path.exists():
+                path.replace(path.with_name(path.name + ".damaged"))
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
         return roots
 
     def forget(self, folder: str) -> int:

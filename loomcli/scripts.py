@@ -12,7 +12,6 @@ same function makes the indexed pairs and the query's, so the two always agree.
 from __future__ import annotations
 
 import re
-import unicodedata
 
 # Han (with extensions and compatibility forms), kana (half-width too), Hangul, Thai,
 # Lao, Khmer and Myanmar.
@@ -25,15 +24,23 @@ PAIRS_MAX_CHARS = 4 << 20  # a text's first this many characters of such runs ge
 
 
 def has_runs(text: str) -> bool:
-    return RUN.search(text) is not None
+    return not text.isascii() and RUN.search(text) is not None
+
+
+# The combining marks (category Mn) inside RANGES: Thai, Lao, Myanmar and Khmer vowel and
+# tone marks, and kana's voicing marks (tests/test_scripts.py checks the list against
+# unicodedata). One regex instead of a category lookup per character: the kernel docs'
+# translations (81,000 runs) 1.0 -> 0.1 s.
+MARKS = re.compile("[\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd"
+                   "\u102d-\u1030\u1032-\u1037\u1039-\u103a\u103d-\u103e\u1058-\u1059"
+                   "\u105e-\u1060\u1071-\u1074\u1082\u1085-\u1086\u108d\u109d"
+                   "\u17b4-\u17b5\u17b7-\u17bd\u17c6\u17c9-\u17d3\u17dd\u3099-\u309a]")
 
 
 def _letters(run: str) -> str:
     """The run without combining marks (Thai vowel and tone marks): unicode61 treats
     them as separators, which would cut a pair in two."""
-    if not any(unicodedata.category(c) == "Mn" for c in run):
-        return run
-    return "".join(c for c in run if unicodedata.category(c) != "Mn")
+    return MARKS.sub("", run) if MARKS.search(run) else run
 
 
 def pairs(run: str) -> list[str]:
@@ -46,7 +53,11 @@ def pairs(run: str) -> list[str]:
 
 def bigram_text(text: str) -> str | None:
     """Every run of `text` as its pairs, one run per line; None when it has no run (most
-    texts: nothing is stored for them)."""
+    texts: nothing is stored for them). An ASCII text has none, and saying so costs
+    almost nothing: RUN, a class of many ranges, reads 40 ns a character (kernel docs,
+    27 M characters, 90% of the files ASCII: 1.16 -> 0.11 s)."""
+    if text.isascii():
+        return None
     out: list[str] = []
     size = 0
     for m in RUN.finditer(text):

@@ -482,6 +482,8 @@ class Store:
         self.conn.execute(f"INSERT INTO fts (fts, rowid, title, body, grams) VALUES "
                           f"('delete', ?1, {_TITLE_OF}, {_BODY_OF}, {_GRAMS_OF})", (file_id,))
         self.conn.execute("DELETE FROM cjk WHERE id = ?", (file_id,))
+        if self.conn.execute("DELETE FROM grams_todo WHERE id = ?", (file_id,)).rowcount:
+            return  # not in grep's index yet: nothing to take out of it
         starts = self.block_starts(file_id)
         if starts is None:
             self.conn.execute(f"INSERT INTO grams (grams, rowid, body) VALUES "
@@ -511,24 +513,65 @@ class Store:
         return file_id
 
     def _insert_doc(self, file_id: int, doc: Extracted) -> None:
-        """Store the text and index it. Takes the text out of `doc` once it is stored and
-        the trigram index has it (a long text as 32 KB slices), and the BM25 index reads
-        it back from the table: a huge note's text is never held twice over (measured on
-        a 218 MB note: peak RSS 943 MB before, 704 MB after)."""
+        """Store the text and index it for search; grep's trigram index gets it later
+        (`grams_todo`, filled by index_grams). Takes the text out of `doc` once it is
+        stored, and the BM25 index reads it back from the table: a huge note's text is
+        never held twice over (measured on a 218 MB note: peak RSS 943 MB before, 704 MB
+        after)."""
         pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
         self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
                           (file_id, doc.text, pages))
-        if len(doc.text) > GREP_BLOCK_CHARS:
-            self._insert_blocks(file_id, doc.text)
-        else:
-            self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
-                              (file_id,))
+        self.conn.execute("INSERT INTO grams_todo (id) VALUES (?)", (file_id,))
         grams = scripts.bigram_text(f"{doc.title}\n{doc.text}")
         if grams is not None:
             self.conn.execute("INSERT INTO cjk (id, grams) VALUES (?, ?)", (file_id, grams))
         doc.text = ""
         self.conn.execute(f"INSERT INTO fts (rowid, title, body, grams) VALUES "
                           f"(?1, {_TITLE_OF}, {_BODY_OF}, {_GRAMS_OF})", (file_id,))
+
+    # -- grep's trigram index, filled after the text (grep_index.py) ----------------------
+
+    def grams_pending(self) -> tuple[int, int]:
+        """(files, bytes of text) not in grep's trigram index yet."""
+        files, size = self.conn.execute(
+            "SELECT count(*), coalesce(sum(f.content_len), 0) FROM grams_todo t "
+            "JOIN files f ON f.id = t.id").fetchone()
+        return int(files), int(size)
+
+    def grams_batch(self, max_bytes: int) -> list[int]:
+        """The next texts for grep's index, about `max_bytes` of them (at least one)."""
+        ids: list[int] = []
+        total = 0
+        for fid, size in self.conn.execute(
+                "SELECT t.id, f.content_len FROM grams_todo t JOIN files f ON f.id = t.id "
+                "ORDER BY t.id"):
+            if ids and total + size > max_bytes:
+                break
+            ids.append(fid)
+            total += size
+        return ids
+
+    def index_grams(self, file_ids: Iterable[int]) -> None:
+        """Put these texts into grep's trigram index (inside the caller's transaction).
+        A short text is read by SQLite itself; a long one in blocks."""
+        for fid in file_ids:
+            row = self.conn.execute(
+                "SELECT f.content_len FROM grams_todo t JOIN files f ON f.id = t.id "
+                "WHERE t.id = ?", (fid,)).fetchone()
+            if row is None:
+                continue  # indexed or removed since it was chosen
+            if row[0] <= GREP_BLOCK_CHARS:  # bytes >= characters: one block
+                self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
+                                  (fid,))
+            else:
+                (text,) = self.conn.execute("SELECT body FROM docs WHERE id = ?",
+                                            (fid,)).fetchone()
+                self._insert_blocks(fid, text)
+                del text
+            self.conn.execute("DELETE FROM grams_todo WHERE id = ?", (fid,))
+
+    def optimize_grams(self) -> None:
+        self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
     def _insert_blocks(self, file_id: int, text: str) -> None:
         """Index a long text for grep as blocks of about GREP_BLOCK_CHARS, each ending
@@ -638,10 +681,10 @@ class Store:
         self.conn.execute("PRAGMA integrity_check").fetchall()
 
     def optimize(self) -> None:
-        """Merge FTS5 segments after a large change: smaller index, faster queries."""
+        """Merge FTS5 segments after a large change: smaller index, faster queries
+        (grep's trigram index: optimize_grams, once it is filled)."""
         self.conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
         self.conn.execute("INSERT INTO chunks (chunks) VALUES ('optimize')")
-        self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
     # -- vectors (search by meaning) ----------------------------------------------------
 
@@ -835,13 +878,21 @@ class Store:
         except sqlite3.OperationalError:  # no such row: removed by a scan meanwhile
             return b""
 
-    def candidates(self, match: str) -> dict[int, set[int]]:
+    def candidates(self, match: str) -> dict[int, set[int] | None]:
         """The blocks whose text holds every trigram of a trigram MATCH expression
-        (trigrams.query_for), by file id: a superset of where a pattern can match."""
-        found: dict[int, set[int]] = {}
-        for (rowid,) in self.conn.execute("SELECT rowid FROM grams WHERE grams MATCH ?",
-                                          (match,)):
-            found.setdefault(rowid & FILE_MASK, set()).add(rowid >> BLOCK_SHIFT)
+        (trigrams.query_for), by file id: a superset of where a pattern can match. A
+        text not in the trigram index yet is a candidate whole (None: every block).
+        One statement, so one snapshot: a text indexed meanwhile is never missed."""
+        found: dict[int, set[int] | None] = {}
+        for rowid, pending in self.conn.execute(
+                "SELECT rowid, 0 FROM grams WHERE grams MATCH ? "
+                "UNION ALL SELECT id, 1 FROM grams_todo", (match,)):
+            if pending:
+                found[rowid] = None
+                continue
+            blocks = found.setdefault(rowid & FILE_MASK, set())
+            if blocks is not None:
+                blocks.add(rowid >> BLOCK_SHIFT)
         return found
 
     def pages(self, file_id: int) -> list[int] | None:
@@ -849,13 +900,15 @@ class Store:
         return json.loads(row[0]) if row and row[0] else None
 
     def iter_texts(self, file_ids: list[int] | None = None,
-                   wanted: dict[int, set[int]] | None = None, by_blocks: bool = False
+                   wanted: dict[int, set[int] | None] | None = None,
+                   by_blocks: bool = False
                    ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
                                        str | None]]:
         """For grep, in path order: (file id, display path, pieces, pages JSON); the
         pieces are (first byte, first line, UTF-8 text). A text of one grep block comes
         whole. With `by_blocks`, a text of several is read by blob I/O in runs of its
-        blocks (those `wanted` names for it, else all), each about RUN_BYTES at most:
+        blocks (those `wanted` names for it; None or no `wanted`: all), each about
+        RUN_BYTES at most:
         grep then holds a few MB of a 200 MB text, not three copies of it."""
         runs: dict[int, list[Span]] = {}
         if by_blocks:
@@ -867,8 +920,9 @@ class Store:
             for fid, starts_json in rows:
                 if chosen is None or fid in chosen:
                     spans = _spans(json.loads(starts_json))
-                    runs[fid] = _runs(spans, sorted(wanted[fid]) if wanted is not None
-                                      else range(len(spans)))
+                    chosen_blocks = wanted[fid] if wanted is not None else None
+                    runs[fid] = _runs(spans, range(len(spans)) if chosen_blocks is None
+                                      else sorted(chosen_blocks))
         # Ordered by the (root_id, relpath) index: SQLite never sorts rows holding texts.
         # A whole text is read with CAST AS BLOB through the memory map: 20% faster on the
         # kernel docs than blob I/O per file.

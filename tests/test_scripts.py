@@ -52,6 +52,16 @@ def test_runs_become_overlapping_pairs_and_thai_marks_are_dropped():
     assert scripts.bigram_text("Linux カーネル と 内存") == "カー ーネ ネル\nと\n内存"
 
 
+def test_the_marks_dropped_are_exactly_the_combining_marks_of_the_scripts():
+    import unicodedata
+
+    inside = [chr(cp) for cp in range(0x110000) if scripts.CHAR.match(chr(cp))]
+    marks = {c for c in inside if unicodedata.category(c) == "Mn"}
+    assert marks and {c for c in inside if scripts.MARKS.match(c)} == marks
+    assert scripts.pairs("か\u3099き") == ["かき"]  # kana's combining voicing mark
+    assert scripts.bigram_text("Ünïcödé — but no run") is None
+
+
 def test_a_query_run_is_the_phrase_of_its_pairs():
     assert quote_fts("メモリ") == 'grams : "メモ モリ"'
     assert quote_fts("Linuxカーネル") == '("Linux" AND grams : "カー ーネ ネル")'
