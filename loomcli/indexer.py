@@ -21,10 +21,10 @@ from loomcli import discover
 from loomcli.config import Config
 from loomcli.errors import BusyError, ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
+from loomcli.extract.ocr import OcrSettings
 from loomcli.extract.text import extract_note
 from loomcli.store import FileRow, Root, Store
 
-NO_TEXT_LAYER = "PDF has no text layer"  # a skip that OCR, once on, may undo
 BATCH_FILES = 200
 BATCH_SECONDS = 1.0
 OPTIMIZE_AFTER_CHANGES = 500  # merge FTS segments after a scan changed this many files
@@ -191,6 +191,7 @@ class _Todo:
     row: FileRow | None
     digest: bytes | None = None
     data: bytes | None = None
+    retry: bool = False  # extract it again even if its bytes are the same (OCR changed)
 
 
 class _Batch:
@@ -241,7 +242,8 @@ class Indexer:
         self.clock = clock
         self.on_wait = on_wait
         self.on_change = on_change
-        self._ocr: bool | None = None
+        self._ocr: OcrSettings | None = None  # decided once a scan, when first needed
+        self._ocr_fingerprint: str | None = None
         self._start = 0.0
         self._saved = {"added": 0, "updated": 0, "moved": 0, "removed": 0}
 
@@ -253,6 +255,7 @@ class Indexer:
     def scan(self, roots: Sequence[Path], *, force: bool = False) -> ScanReport:
         start = self.clock()
         report = ScanReport()
+        self._ocr = self._ocr_fingerprint = None  # Tesseract or [ocr] may change between scans
         # 1. Everything that can refuse the scan, before any write.
         check_nesting(roots, [Path(r.path) for r in self.store.roots()])
         found = []
@@ -288,8 +291,10 @@ class Indexer:
                 # permission changes no mtime); an unchanged file whose extraction failed
                 # would fail the same way, so it is only reported.
                 retry = row is not None and (row.error or "").startswith(ACCESS_ERROR)
-                if row and row.skip and row.skip.startswith(NO_TEXT_LAYER):
-                    retry = retry or self._ocr_on()  # OCR came since: try it again
+                # A failure, skip or text that depended on OCR (Tesseract missing, off,
+                # its languages) is tried again once that changes.
+                if row and row.ocr is not None and not retry:
+                    retry = row.ocr != self._ocr_key()
                 if row and unchanged and not force and not retry:
                     shown = store.display_path(root.id, ref.relpath)
                     if row.error:
@@ -301,7 +306,7 @@ class Indexer:
                             report.skips.append({"path": shown, "reason": row.skip})
                             report.known.add(shown)
                     continue
-                todo.append(_Todo(root, ref, row))
+                todo.append(_Todo(root, ref, row, retry=retry))
             for shown in disc.bad_names:
                 self._fail(report, store.display_path(root.id, shown),
                            "file name is not valid UTF-8; rename it to index it")
@@ -330,27 +335,25 @@ class Indexer:
                     if self._note_or_defer(item, report, vanished, vanished_ids, force):
                         documents.append(item)
             if documents:
-                from loomcli.extract.ocr import settings as ocr_settings
                 from loomcli.extract.pool import extract_documents
 
                 batch.commit()  # the notes are done: make them searchable now
                 jobs = [(i, item.ref.abspath, item.ref.size)
                         for i, item in enumerate(documents)]
                 finished = total - len(documents)
-                ocr = ocr_settings(self.config.get("ocr.enabled"),
-                                   self.config.get("ocr.languages"))
-                for i, result in extract_documents(jobs, ocr=ocr):
+                for i, result in extract_documents(jobs, ocr=self._ocr_settings()):
                     item = documents[i]
                     finished += 1
                     if self.progress:
                         self.progress(finished, total, item.ref.relpath)
+                    key = self._ocr_key() if result.ocr else None
                     with batch.file():
                         if isinstance(result, Extracted):
-                            self._store_doc(item, result, report)
+                            self._store_doc(item, result, report, key)
                         elif isinstance(result, NoTextError):
-                            self._store_skip(item, report, str(result))
+                            self._store_skip(item, report, str(result), key)
                         else:
-                            self._store_failure(item, report, str(result))
+                            self._store_failure(item, report, str(result), key)
             for row in vanished_ids.values():
                 with batch.file():
                     store.remove(row.id)
@@ -422,7 +425,8 @@ class Indexer:
                 with open_regular_file(item.ref.abspath) as fh:
                     item.digest = hashlib.file_digest(
                         fh, lambda: hashlib.blake2b(digest_size=16)).digest()
-                if item.digest == item.row.hash and not item.row.error and not force:
+                if (item.digest == item.row.hash and not item.row.error and not force
+                        and not item.retry):
                     return True  # unchanged: _unchanged_or_moved skips it
             item.data = read_regular_file(item.ref.abspath)
         except OSError as exc:
@@ -437,7 +441,7 @@ class Indexer:
         ref, store = item.ref, self.store
         if item.row is not None:
             if (not force and item.row.hash == item.digest and not item.row.error
-                    and not item.row.skip):
+                    and not item.row.skip and not item.retry):
                 store.set_stat(item.row.id, ref.size, ref.mtime_ns)
                 report.skipped += 1
                 return True
@@ -453,40 +457,53 @@ class Indexer:
             return True
         return False
 
-    def _store_doc(self, item: _Todo, doc: Extracted, report: ScanReport) -> None:
+    def _store_doc(self, item: _Todo, doc: Extracted, report: ScanReport,
+                   ocr: str | None = None) -> None:
         ref = item.ref
         assert item.digest is not None
         if item.row is None:
             self.store.add_file(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
-                                item.digest, doc)
+                                item.digest, doc, ocr)
             report.added += 1
             self._changed("added", item.root.id, ref.relpath)
         else:
-            self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc)
+            self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc,
+                                       ocr)
             report.updated += 1
             self._changed("updated", item.root.id, ref.relpath)
 
-    def _store_skip(self, item: _Todo, report: ScanReport, reason: str) -> None:
+    def _store_skip(self, item: _Todo, report: ScanReport, reason: str,
+                    ocr: str | None = None) -> None:
         ref = item.ref
         self.store.record_skip(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
-                               item.digest, reason, item.row.id if item.row else None)
+                               item.digest, reason, item.row.id if item.row else None, ocr)
         report.skipped += 1
         report.skips.append({"path": self.store.display_path(item.root.id, ref.relpath),
                              "reason": reason})
 
-    def _ocr_on(self) -> bool:
-        """Whether OCR is on (asked once a scan: it runs `tesseract --list-langs`)."""
+    def _ocr_settings(self) -> OcrSettings:
+        """OCR as configured and installed (asked once a scan: it runs `tesseract
+        --list-langs`)."""
         if self._ocr is None:
             from loomcli.extract.ocr import settings as ocr_settings
 
-            self._ocr = bool(ocr_settings(self.config.get("ocr.enabled"),
-                                          self.config.get("ocr.languages")).enabled)
+            self._ocr = ocr_settings(self.config.get("ocr.enabled"),
+                                     self.config.get("ocr.languages"))
         return self._ocr
 
-    def _store_failure(self, item: _Todo, report: ScanReport, error: str) -> None:
+    def _ocr_key(self) -> str:
+        """This scan's OCR fingerprint (asked once, and only when a file depends on it)."""
+        if self._ocr_fingerprint is None:
+            from loomcli.extract.ocr import fingerprint
+
+            self._ocr_fingerprint = fingerprint(self._ocr_settings())
+        return self._ocr_fingerprint
+
+    def _store_failure(self, item: _Todo, report: ScanReport, error: str,
+                       ocr: str | None = None) -> None:
         ref = item.ref
         self.store.record_failure(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
-                                  item.digest, error, item.row.id if item.row else None)
+                                  item.digest, error, item.row.id if item.row else None, ocr)
         self._fail(report, self.store.display_path(item.root.id, ref.relpath), error)
         self._changed("failed", item.root.id, ref.relpath, error)
 

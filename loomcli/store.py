@@ -56,6 +56,9 @@ class FileRow:
     indexed_at: float | None
     error: str | None
     skip: str | None = None  # why a valid file holds nothing to index
+    # The OCR fingerprint (extract.ocr.fingerprint) the file's outcome depended on: a
+    # failure, skip or text short of scanned pages for want of OCR. None: it did not.
+    ocr: str | None = None
 
 
 @dataclass
@@ -114,7 +117,7 @@ def plain_snippet(snippet: str) -> str:
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
-                 "indexed_at, error, skip")
+                 "indexed_at, error, skip, ocr")
 
 
 def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
@@ -500,12 +503,13 @@ class Store:
         return [(a, b) for a, b in json.loads(row[0])] if row else None
 
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                 digest: bytes, doc: Extracted) -> int:
+                 digest: bytes, doc: Extracted, ocr: str | None = None) -> int:
         body_len = utf8_len(doc.text)
         cur = self.conn.execute(
             "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, title, "
-            "content_len, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (root_id, relpath, kind, size, mtime_ns, digest, doc.title, body_len, time.time()))
+            "content_len, indexed_at, ocr) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (root_id, relpath, kind, size, mtime_ns, digest, doc.title, body_len, time.time(),
+             ocr))
         file_id = int(cur.lastrowid or 0)
         self._insert_doc(file_id, doc)
         return file_id
@@ -551,15 +555,15 @@ class Store:
                               (file_id, json.dumps(starts, separators=(",", ":"))))
 
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
-                        doc: Extracted) -> None:
+                        doc: Extracted, ocr: str | None = None) -> None:
         self._chunks_delete(file_id)
         self._fts_delete(file_id)
         self.conn.execute("DELETE FROM vectors WHERE file_id = ?", (file_id,))
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, title = ?, content_len = ?, "
-            "indexed_at = ?, error = NULL, skip = NULL WHERE id = ?",
-            (size, mtime_ns, digest, doc.title, utf8_len(doc.text), time.time(),
+            "indexed_at = ?, error = NULL, skip = NULL, ocr = ? WHERE id = ?",
+            (size, mtime_ns, digest, doc.title, utf8_len(doc.text), time.time(), ocr,
              file_id))
         self._insert_doc(file_id, doc)
 
@@ -568,30 +572,34 @@ class Store:
                           (size, mtime_ns, file_id))
 
     def record_failure(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                       digest: bytes | None, error: str, file_id: int | None) -> None:
-        """Remember a failure (so an unchanged file is not retried); earlier text is kept."""
+                       digest: bytes | None, error: str, file_id: int | None,
+                       ocr: str | None = None) -> None:
+        """Remember a failure (so an unchanged file is not retried — unless `ocr`, the OCR
+        fingerprint it depended on, changes); earlier text is kept."""
         if file_id is None:
             self.conn.execute(
-                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, error) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (root_id, relpath, kind, size, mtime_ns, digest, error))
+                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, error, ocr) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (root_id, relpath, kind, size, mtime_ns, digest, error, ocr))
         else:
             self.conn.execute(
-                "UPDATE files SET size = ?, mtime_ns = ?, error = ?, skip = NULL WHERE id = ?",
-                (size, mtime_ns, error, file_id))
+                "UPDATE files SET size = ?, mtime_ns = ?, error = ?, skip = NULL, ocr = ? "
+                "WHERE id = ?", (size, mtime_ns, error, ocr, file_id))
 
     def record_skip(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                    digest: bytes | None, reason: str, file_id: int | None) -> None:
-        """Remember that a valid file holds nothing to index (not retried while unchanged)."""
+                    digest: bytes | None, reason: str, file_id: int | None,
+                    ocr: str | None = None) -> None:
+        """Remember that a valid file holds nothing to index (not retried while unchanged,
+        unless `ocr`, the OCR fingerprint it depended on, changes)."""
         if file_id is None:
             self.conn.execute(
-                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, skip) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (root_id, relpath, kind, size, mtime_ns, digest, reason))
+                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, skip, ocr) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (root_id, relpath, kind, size, mtime_ns, digest, reason, ocr))
         else:
             self.conn.execute(
-                "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, error = NULL, skip = ? "
-                "WHERE id = ?", (size, mtime_ns, digest, reason, file_id))
+                "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, error = NULL, skip = ?, "
+                "ocr = ? WHERE id = ?", (size, mtime_ns, digest, reason, ocr, file_id))
 
     def problems(self, kind: str) -> list[tuple[str, str]]:
         """(display path, reason) of the files that failed (`failed`) or were skipped

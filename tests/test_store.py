@@ -37,7 +37,7 @@ def test_wal_mode_and_migrations_recorded(store):
     names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
     assert names == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks",
                      "006_scripts_and_passages", "007_stable_paths_and_skips",
-                     "008_finite_vectors"]
+                     "008_finite_vectors", "009_ocr_fingerprint"]
 
 
 def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):

@@ -389,7 +389,10 @@ def extract_file(path: str, ocr: OcrSettings | None = None,
         return extract_pdf(path, ocr, on_ocr_page)
     if kind in IMAGES:
         if ocr is None or not ocr.enabled:
-            raise ExtractionError("an image needs OCR to be indexed", INSTALL_HINT)
-        text = recognise(read_regular_file(path), languages=ocr.languages)
-        return _finish(text if text.strip() else "", PurePosixPath(path).stem, path, "image")
+            raise ExtractionError("an image needs OCR to be indexed", INSTALL_HINT, ocr=True)
+        text = recognise(read_regular_file(path), languages=ocr.languages, image_file=True)
+        if not text.strip():  # what OCR found depends on its languages
+            raise NoTextError("image holds no text OCR could read",
+                              "check [ocr] languages, or that the image is legible", ocr=True)
+        return _finish(text, PurePosixPath(path).stem, path, "image")
     return extract_document(path)
