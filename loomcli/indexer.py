@@ -348,7 +348,9 @@ class Indexer:
                         self.progress(finished, total, item.ref.relpath)
                     key = self._ocr_key() if result.ocr else None
                     with batch.file():
-                        if isinstance(result, Extracted):
+                        if self._vanished(item, result, report):
+                            pass
+                        elif isinstance(result, Extracted):
                             self._store_doc(item, result, report, key)
                         elif isinstance(result, NoTextError):
                             self._store_skip(item, report, str(result), key)
@@ -429,11 +431,32 @@ class Indexer:
                         and not item.retry):
                     return True  # unchanged: _unchanged_or_moved skips it
             item.data = read_regular_file(item.ref.abspath)
+        except FileNotFoundError:
+            self._gone(item, report)  # deleted since it was listed: not a failure
+            return False
         except OSError as exc:
             self._store_failure(item, report, f"{ACCESS_ERROR}: {exc.strerror or exc}")
             return False
         item.digest = digest(item.data)
         return True
+
+    def _vanished(self, item: _Todo, result: Extracted | ExtractionError,
+                  report: ScanReport) -> bool:
+        """A document the worker could not read because it was deleted since the scan
+        listed (and hashed) it: removed, not failed."""
+        if not (isinstance(result, ExtractionError) and result.message.startswith(ACCESS_ERROR)
+                and not os.path.lexists(item.ref.abspath)):
+            return False
+        self._gone(item, report)
+        return True
+
+    def _gone(self, item: _Todo, report: ScanReport) -> None:
+        """A file deleted between listing and reading is removed, as the next scan would
+        find it: its row goes (a new file was never indexed)."""
+        if item.row is not None:
+            self.store.remove(item.row.id)
+            report.removed += 1
+            self._changed("removed", item.root.id, item.ref.relpath)
 
     def _unchanged_or_moved(self, item: _Todo, report: ScanReport,
                             vanished: dict[bytes | None, list[FileRow]],
