@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
@@ -261,6 +262,10 @@ PAGE_SIZE = 16384
 # savepoint, and FTS5 writes its pending terms to disk at every savepoint: one tiny
 # segment per file, merged over and over (measured on 40,000 notes: the trigram index
 # 4.3 -> 0.6 s, the BM25 index 1.4 -> 0.2 s).
+# Inserts of values that may be huge; each inserts nothing when ?1 is NULL (_release).
+_INSERT_DOC = "INSERT INTO docs (id, body, pages) SELECT ?1, ?2, ?3 WHERE ?1 IS NOT NULL"
+_INSERT_BLOCK = "INSERT INTO grams (rowid, body) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
+_INSERT_CJK = "INSERT INTO cjk (id, grams) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
 _TITLE_OF = "(SELECT title FROM files WHERE id = ?1)"
 _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
 _GRAMS_OF = "(SELECT grams FROM cjk WHERE id = ?1)"
@@ -520,19 +525,35 @@ class Store:
         it back from the table: a huge note's text is never held twice over (measured on
         a 218 MB note: peak RSS 943 MB before, 704 MB after)."""
         pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
-        self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
-                          (file_id, doc.text, pages))
+        self._insert_once(_INSERT_DOC, (file_id, doc.text, pages))
         if len(doc.text) > GREP_BLOCK_CHARS:
             self._insert_blocks(file_id, doc.text)
         else:
             self.conn.execute(f"INSERT INTO grams (rowid, body) VALUES (?1, {_BODY_OF})",
                               (file_id,))
-        grams = scripts.bigram_text(f"{doc.title}\n{doc.text}")
-        if grams is not None:
-            self.conn.execute("INSERT INTO cjk (id, grams) VALUES (?, ?)", (file_id, grams))
+        # Title and text apart (as one f-string, a huge text was copied whole).
+        found = [g for g in (scripts.bigram_text(doc.title), scripts.bigram_text(doc.text))
+                 if g is not None]
+        if found:
+            self._insert_once(_INSERT_CJK, (file_id, "\n".join(found)))
+        del found
         doc.text = ""
         self.conn.execute(f"INSERT INTO fts (rowid, title, body, grams) VALUES "
                           f"(?1, {_TITLE_OF}, {_BODY_OF}, {_GRAMS_OF})", (file_id,))
+
+    def _insert_once(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run one of the `_INSERT_*` statements with values that may be huge, then
+        release them (see _release)."""
+        self.conn.execute(sql, params)
+        self._release(sql, len(params))
+
+    def _release(self, sql: str, count: int) -> None:
+        """Let SQLite drop its copy of a statement's last values. Python's sqlite3 caches
+        statements and never clears their bindings, so the copy of a 150 MB text stayed
+        held after its insert, until the statement ran again. The `_INSERT_*` statements
+        insert nothing when their first value is NULL: run again with NULLs, they hold
+        nothing."""
+        self.conn.execute(sql, (None,) * count)
 
     def _insert_blocks(self, file_id: int, text: str) -> None:
         """Index a long text for grep as blocks of about GREP_BLOCK_CHARS, each ending
@@ -544,12 +565,13 @@ class Store:
             cut = text.find("\n", pos + GREP_BLOCK_CHARS - 1)
             end = len(text) if cut < 0 else cut + 1
             block = text[pos:end]
-            self.conn.execute("INSERT INTO grams (rowid, body) VALUES (?, ?)",
-                              (file_id + (len(starts) << BLOCK_SHIFT), block))
+            self.conn.execute(_INSERT_BLOCK, (file_id + (len(starts) << BLOCK_SHIFT), block))
             starts.append((byte, line))
             byte += utf8_len(block)
             line += block.count("\n")
             pos = end
+            del block
+        self._release(_INSERT_BLOCK, 2)  # the last block may be a huge line
         if len(starts) > 1:
             self.conn.execute("INSERT INTO blocks (file_id, starts) VALUES (?, ?)",
                               (file_id, json.dumps(starts, separators=(",", ":"))))
