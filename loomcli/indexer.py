@@ -31,7 +31,8 @@ OPTIMIZE_AFTER_CHANGES = 500  # merge FTS segments after a scan changed this man
 
 Progress = Callable[[int, int, str], None]
 # (change, path, detail): "added" | "updated" | "removed" with detail None, "moved" with
-# the old path, "failed" with the reason. Called after the change is written.
+# the old path, "failed" with the reason. Called once the change is committed (a change
+# an interrupt rolls back is never told).
 OnChange = Callable[[str, str, str | None], None]
 
 
@@ -246,11 +247,20 @@ class Indexer:
         self._ocr_fingerprint: str | None = None
         self._start = 0.0
         self._saved = {"added": 0, "updated": 0, "moved": 0, "removed": 0}
+        self._told: list[tuple[str, str, str | None]] = []  # changes awaiting their commit
 
     def _changed(self, change: str, root_id: int, relpath: str, detail: str | None = None
                  ) -> None:
         if self.on_change:
-            self.on_change(change, self.store.display_path(root_id, relpath), detail)
+            self._told.append((change, self.store.display_path(root_id, relpath), detail))
+
+    def _tell(self) -> None:
+        """Tell on_change the changes just committed (watch prints them: a change it
+        printed is in the index, even if a signal stops it next)."""
+        told, self._told = self._told, []
+        if self.on_change:
+            for change, path, detail in told:
+                self.on_change(change, path, detail)
 
     def scan(self, roots: Sequence[Path], *, force: bool = False) -> ScanReport:
         start = self.clock()
@@ -273,6 +283,7 @@ class Indexer:
     def _commit_done(self, report: ScanReport) -> None:
         self._saved = {"added": report.added, "updated": report.updated,
                        "moved": report.moved, "removed": report.removed}
+        self._tell()
 
     def _apply(self, found: list[discover.Discovery], report: ScanReport, force: bool) -> None:
         store = self.store
@@ -323,6 +334,7 @@ class Indexer:
                 vanished_ids[row.id] = row
 
         batch = _Batch(store, self.clock, lambda: self._commit_done(report))
+        self._told = []
         documents: list[_Todo] = []  # extracted by the workers, after the notes
         total = len(todo)
         done = 0
@@ -360,7 +372,7 @@ class Indexer:
                 with batch.file():
                     store.remove(row.id)
                     report.removed += 1
-                self._changed("removed", row.root_id, row.relpath)
+                    self._changed("removed", row.root_id, row.relpath)
             batch.commit()
         except BaseException:
             batch.rollback()

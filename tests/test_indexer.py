@@ -262,3 +262,29 @@ def test_a_file_deleted_between_listing_and_reading_is_removed_not_failed(notes)
         store.check()
     again = run(notes)
     assert counts(again) == (0, 0, 0, 0, 7, 0)
+
+
+def test_a_change_is_told_once_it_is_committed(notes):
+    """`loom watch` printed a change as soon as it was written inside its batch; a SIGTERM
+    before the batch's commit rolled it back, so a printed file was not in the index (found
+    running tests/test_watch.py beside `stress-ng --cpu 2`). Each change is now told after
+    its commit: another connection sees it when it is told."""
+    import sqlite3
+
+    cfg = config.load()
+    run(notes)
+    write(notes / "new.md", "# New\nfresh words\n")
+    (notes / "welcome.md").unlink()
+    write(notes / "recipes" / "bread.md", "# Bread\nnow with rye\n")
+    told = []
+
+    def on_change(change: str, path: str, detail: str | None) -> None:
+        with sqlite3.connect(cfg.db_path) as other:
+            (rows,) = other.execute("SELECT count(*) FROM files f JOIN docs d ON d.id = f.id"
+                                    " WHERE f.relpath = ? AND instr(d.body, ?)", (
+                                        path, "rye" if "bread" in path else "")).fetchone()
+        told.append((change, path, rows))
+
+    Corpus(cfg).scan([notes], on_change=on_change)
+    assert sorted(told) == [("added", "new.md", 1), ("removed", "welcome.md", 0),
+                            ("updated", "recipes/bread.md", 1)]
