@@ -54,7 +54,17 @@ class QueryError(LoomError):
 
 
 class ExtractionError(LoomError):
-    """One file cannot be read or its text extracted; the scan records it and goes on."""
+    """One file cannot be read or its text extracted; the scan records it and goes on.
+
+    `ocr`: the outcome depends on the OCR tool and its settings (Tesseract missing, off,
+    its languages), so the scan tries the file again once they change."""
+
+    def __init__(self, message: str, hint: str | None = None, ocr: bool = False) -> None:
+        super().__init__(message, hint)
+        self.ocr = ocr
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None, bool]]:  # type: ignore[override]
+        return (self.__class__, (self.message, self.hint, self.ocr))
 
 
 class NoTextError(ExtractionError):

@@ -22,18 +22,19 @@ from loomcli import discover, grep_index
 from loomcli.config import Config
 from loomcli.errors import ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
+from loomcli.extract.ocr import OcrSettings
 from loomcli.extract.text import extract_note
 from loomcli.locks import write_lock
 from loomcli.store import FileRow, Root, Store
 
-NO_TEXT_LAYER = "PDF has no text layer"  # a skip that OCR, once on, may undo
 BATCH_FILES = 200
 BATCH_SECONDS = 1.0
 OPTIMIZE_AFTER_CHANGES = 500  # merge FTS segments after a scan changed this many files
 
 Progress = Callable[[int, int, str], None]
 # (change, path, detail): "added" | "updated" | "removed" with detail None, "moved" with
-# the old path, "failed" with the reason. Called after the change is written.
+# the old path, "failed" with the reason. Called once the change is committed (a change
+# an interrupt rolls back is never told).
 OnChange = Callable[[str, str, str | None], None]
 
 
@@ -169,6 +170,7 @@ class _Todo:
     row: FileRow | None
     digest: bytes | None = None
     data: bytes | None = None
+    retry: bool = False  # extract it again even if its bytes are the same (OCR changed)
 
 
 class _Batch:
@@ -222,18 +224,29 @@ class Indexer:
         self.on_change = on_change
         self.grep_inline_bytes = grep_inline_bytes
         self._builder_lock: int | None = None  # grep_index.after_scan's hand-off
-        self._ocr: bool | None = None
+        self._ocr: OcrSettings | None = None  # decided once a scan, when first needed
+        self._ocr_fingerprint: str | None = None
         self._start = 0.0
         self._saved = {"added": 0, "updated": 0, "moved": 0, "removed": 0}
+        self._told: list[tuple[str, str, str | None]] = []  # changes awaiting their commit
 
     def _changed(self, change: str, root_id: int, relpath: str, detail: str | None = None
                  ) -> None:
         if self.on_change:
-            self.on_change(change, self.store.display_path(root_id, relpath), detail)
+            self._told.append((change, self.store.display_path(root_id, relpath), detail))
+
+    def _tell(self) -> None:
+        """Tell on_change the changes just committed (watch prints them: a change it
+        printed is in the index, even if a signal stops it next)."""
+        told, self._told = self._told, []
+        if self.on_change:
+            for change, path, detail in told:
+                self.on_change(change, path, detail)
 
     def scan(self, roots: Sequence[Path], *, force: bool = False) -> ScanReport:
         start = self.clock()
         report = ScanReport()
+        self._ocr = self._ocr_fingerprint = None  # Tesseract or [ocr] may change between scans
         # 1. Everything that can refuse the scan, before any write.
         check_nesting(roots, [Path(r.path) for r in self.store.roots()])
         found = []
@@ -259,6 +272,7 @@ class Indexer:
     def _commit_done(self, report: ScanReport) -> None:
         self._saved = {"added": report.added, "updated": report.updated,
                        "moved": report.moved, "removed": report.removed}
+        self._tell()
 
     def _apply(self, found: list[discover.Discovery], report: ScanReport, force: bool) -> None:
         store = self.store
@@ -277,8 +291,10 @@ class Indexer:
                 # permission changes no mtime); an unchanged file whose extraction failed
                 # would fail the same way, so it is only reported.
                 retry = row is not None and (row.error or "").startswith(ACCESS_ERROR)
-                if row and row.skip and row.skip.startswith(NO_TEXT_LAYER):
-                    retry = retry or self._ocr_on()  # OCR came since: try it again
+                # A failure, skip or text that depended on OCR (Tesseract missing, off,
+                # its languages) is tried again once that changes.
+                if row and row.ocr is not None and not retry:
+                    retry = row.ocr != self._ocr_key()
                 if row and unchanged and not force and not retry:
                     shown = store.display_path(root.id, ref.relpath)
                     if row.error:
@@ -290,7 +306,7 @@ class Indexer:
                             report.skips.append({"path": shown, "reason": row.skip})
                             report.known.add(shown)
                     continue
-                todo.append(_Todo(root, ref, row))
+                todo.append(_Todo(root, ref, row, retry=retry))
             for shown in disc.bad_names:
                 self._fail(report, store.display_path(root.id, shown),
                            "file name is not valid UTF-8; rename it to index it")
@@ -307,6 +323,7 @@ class Indexer:
                 vanished_ids[row.id] = row
 
         batch = _Batch(store, self.clock, lambda: self._commit_done(report))
+        self._told = []
         documents: list[_Todo] = []  # extracted by the workers, after the notes
         total = len(todo)
         done = 0
@@ -319,32 +336,32 @@ class Indexer:
                     if self._note_or_defer(item, report, vanished, vanished_ids, force):
                         documents.append(item)
             if documents:
-                from loomcli.extract.ocr import settings as ocr_settings
                 from loomcli.extract.pool import extract_documents
 
                 batch.commit()  # the notes are done: make them searchable now
                 jobs = [(i, item.ref.abspath, item.ref.size)
                         for i, item in enumerate(documents)]
                 finished = total - len(documents)
-                ocr = ocr_settings(self.config.get("ocr.enabled"),
-                                   self.config.get("ocr.languages"))
-                for i, result in extract_documents(jobs, ocr=ocr):
+                for i, result in extract_documents(jobs, ocr=self._ocr_settings()):
                     item = documents[i]
                     finished += 1
                     if self.progress:
                         self.progress(finished, total, item.ref.relpath)
+                    key = self._ocr_key() if result.ocr else None
                     with batch.file():
-                        if isinstance(result, Extracted):
-                            self._store_doc(item, result, report)
+                        if self._vanished(item, result, report):
+                            pass
+                        elif isinstance(result, Extracted):
+                            self._store_doc(item, result, report, key)
                         elif isinstance(result, NoTextError):
-                            self._store_skip(item, report, str(result))
+                            self._store_skip(item, report, str(result), key)
                         else:
-                            self._store_failure(item, report, str(result))
+                            self._store_failure(item, report, str(result), key)
             for row in vanished_ids.values():
                 with batch.file():
                     store.remove(row.id)
                     report.removed += 1
-                self._changed("removed", row.root_id, row.relpath)
+                    self._changed("removed", row.root_id, row.relpath)
             batch.commit()
         except BaseException:
             batch.rollback()
@@ -414,14 +431,36 @@ class Indexer:
                 with open_regular_file(item.ref.abspath) as fh:
                     item.digest = hashlib.file_digest(
                         fh, lambda: hashlib.blake2b(digest_size=16)).digest()
-                if item.digest == item.row.hash and not item.row.error and not force:
+                if (item.digest == item.row.hash and not item.row.error and not force
+                        and not item.retry):
                     return True  # unchanged: _unchanged_or_moved skips it
             item.data = read_regular_file(item.ref.abspath)
+        except FileNotFoundError:
+            self._gone(item, report)  # deleted since it was listed: not a failure
+            return False
         except OSError as exc:
             self._store_failure(item, report, f"{ACCESS_ERROR}: {exc.strerror or exc}")
             return False
         item.digest = digest(item.data)
         return True
+
+    def _vanished(self, item: _Todo, result: Extracted | ExtractionError,
+                  report: ScanReport) -> bool:
+        """A document the worker could not read because it was deleted since the scan
+        listed (and hashed) it: removed, not failed."""
+        if not (isinstance(result, ExtractionError) and result.message.startswith(ACCESS_ERROR)
+                and not os.path.lexists(item.ref.abspath)):
+            return False
+        self._gone(item, report)
+        return True
+
+    def _gone(self, item: _Todo, report: ScanReport) -> None:
+        """A file deleted between listing and reading is removed, as the next scan would
+        find it: its row goes (a new file was never indexed)."""
+        if item.row is not None:
+            self.store.remove(item.row.id)
+            report.removed += 1
+            self._changed("removed", item.root.id, item.ref.relpath)
 
     def _unchanged_or_moved(self, item: _Todo, report: ScanReport,
                             vanished: dict[bytes | None, list[FileRow]],
@@ -429,7 +468,7 @@ class Indexer:
         ref, store = item.ref, self.store
         if item.row is not None:
             if (not force and item.row.hash == item.digest and not item.row.error
-                    and not item.row.skip):
+                    and not item.row.skip and not item.retry):
                 store.set_stat(item.row.id, ref.size, ref.mtime_ns)
                 report.skipped += 1
                 return True
@@ -445,40 +484,53 @@ class Indexer:
             return True
         return False
 
-    def _store_doc(self, item: _Todo, doc: Extracted, report: ScanReport) -> None:
+    def _store_doc(self, item: _Todo, doc: Extracted, report: ScanReport,
+                   ocr: str | None = None) -> None:
         ref = item.ref
         assert item.digest is not None
         if item.row is None:
             self.store.add_file(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
-                                item.digest, doc)
+                                item.digest, doc, ocr)
             report.added += 1
             self._changed("added", item.root.id, ref.relpath)
         else:
-            self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc)
+            self.store.replace_content(item.row.id, ref.size, ref.mtime_ns, item.digest, doc,
+                                       ocr)
             report.updated += 1
             self._changed("updated", item.root.id, ref.relpath)
 
-    def _store_skip(self, item: _Todo, report: ScanReport, reason: str) -> None:
+    def _store_skip(self, item: _Todo, report: ScanReport, reason: str,
+                    ocr: str | None = None) -> None:
         ref = item.ref
         self.store.record_skip(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
-                               item.digest, reason, item.row.id if item.row else None)
+                               item.digest, reason, item.row.id if item.row else None, ocr)
         report.skipped += 1
         report.skips.append({"path": self.store.display_path(item.root.id, ref.relpath),
                              "reason": reason})
 
-    def _ocr_on(self) -> bool:
-        """Whether OCR is on (asked once a scan: it runs `tesseract --list-langs`)."""
+    def _ocr_settings(self) -> OcrSettings:
+        """OCR as configured and installed (asked once a scan: it runs `tesseract
+        --list-langs`)."""
         if self._ocr is None:
             from loomcli.extract.ocr import settings as ocr_settings
 
-            self._ocr = bool(ocr_settings(self.config.get("ocr.enabled"),
-                                          self.config.get("ocr.languages")).enabled)
+            self._ocr = ocr_settings(self.config.get("ocr.enabled"),
+                                     self.config.get("ocr.languages"))
         return self._ocr
 
-    def _store_failure(self, item: _Todo, report: ScanReport, error: str) -> None:
+    def _ocr_key(self) -> str:
+        """This scan's OCR fingerprint (asked once, and only when a file depends on it)."""
+        if self._ocr_fingerprint is None:
+            from loomcli.extract.ocr import fingerprint
+
+            self._ocr_fingerprint = fingerprint(self._ocr_settings())
+        return self._ocr_fingerprint
+
+    def _store_failure(self, item: _Todo, report: ScanReport, error: str,
+                       ocr: str | None = None) -> None:
         ref = item.ref
         self.store.record_failure(item.root.id, ref.relpath, ref.kind, ref.size, ref.mtime_ns,
-                                  item.digest, error, item.row.id if item.row else None)
+                                  item.digest, error, item.row.id if item.row else None, ocr)
         self._fail(report, self.store.display_path(item.root.id, ref.relpath), error)
         self._changed("failed", item.root.id, ref.relpath, error)
 

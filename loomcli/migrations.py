@@ -189,6 +189,16 @@ MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
     ("009_grams_todo", """
         CREATE TABLE grams_todo (id INTEGER PRIMARY KEY);
     """),
+    # `ocr`: the OCR fingerprint (Tesseract's presence and version, `[ocr] enabled` and
+    # `languages`) a file's failure, skip or partial text depended on; a scan tries the
+    # file again when it changes. The files an earlier loom failed or skipped for want of
+    # OCR get a fingerprint no setting has, so the next scan tries them once.
+    ("010_ocr_fingerprint", """
+        ALTER TABLE files ADD COLUMN ocr TEXT;
+        UPDATE files SET ocr = '' WHERE skip LIKE 'PDF has no text%'
+            OR error LIKE 'an image needs OCR%' OR error LIKE 'OCR %'
+            OR error LIKE 'Tesseract is not installed%';
+    """),
 ]
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
@@ -56,6 +57,9 @@ class FileRow:
     indexed_at: float | None
     error: str | None
     skip: str | None = None  # why a valid file holds nothing to index
+    # The OCR fingerprint (extract.ocr.fingerprint) the file's outcome depended on: a
+    # failure, skip or text short of scanned pages for want of OCR. None: it did not.
+    ocr: str | None = None
 
 
 @dataclass
@@ -114,7 +118,7 @@ def plain_snippet(snippet: str) -> str:
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
-                 "indexed_at, error, skip")
+                 "indexed_at, error, skip, ocr")
 
 
 def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
@@ -258,6 +262,10 @@ PAGE_SIZE = 16384
 # savepoint, and FTS5 writes its pending terms to disk at every savepoint: one tiny
 # segment per file, merged over and over (measured on 40,000 notes: the trigram index
 # 4.3 -> 0.6 s, the BM25 index 1.4 -> 0.2 s).
+# Inserts of values that may be huge; each inserts nothing when ?1 is NULL (_release).
+_INSERT_DOC = "INSERT INTO docs (id, body, pages) SELECT ?1, ?2, ?3 WHERE ?1 IS NOT NULL"
+_INSERT_BLOCK = "INSERT INTO grams (rowid, body) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
+_INSERT_CJK = "INSERT INTO cjk (id, grams) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
 _TITLE_OF = "(SELECT title FROM files WHERE id = ?1)"
 _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
 _GRAMS_OF = "(SELECT grams FROM cjk WHERE id = ?1)"
@@ -502,12 +510,13 @@ class Store:
         return [(a, b) for a, b in json.loads(row[0])] if row else None
 
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                 digest: bytes, doc: Extracted) -> int:
+                 digest: bytes, doc: Extracted, ocr: str | None = None) -> int:
         body_len = utf8_len(doc.text)
         cur = self.conn.execute(
             "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, title, "
-            "content_len, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (root_id, relpath, kind, size, mtime_ns, digest, doc.title, body_len, time.time()))
+            "content_len, indexed_at, ocr) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (root_id, relpath, kind, size, mtime_ns, digest, doc.title, body_len, time.time(),
+             ocr))
         file_id = int(cur.lastrowid or 0)
         self._insert_doc(file_id, doc)
         return file_id
@@ -519,12 +528,14 @@ class Store:
         never held twice over (measured on a 218 MB note: peak RSS 943 MB before, 704 MB
         after)."""
         pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
-        self.conn.execute("INSERT INTO docs (id, body, pages) VALUES (?, ?, ?)",
-                          (file_id, doc.text, pages))
+        self._insert_once(_INSERT_DOC, (file_id, doc.text, pages))
         self.conn.execute("INSERT INTO grams_todo (id) VALUES (?)", (file_id,))
-        grams = scripts.bigram_text(f"{doc.title}\n{doc.text}")
-        if grams is not None:
-            self.conn.execute("INSERT INTO cjk (id, grams) VALUES (?, ?)", (file_id, grams))
+        # Title and text apart (as one f-string, a huge text was copied whole).
+        found = [g for g in (scripts.bigram_text(doc.title), scripts.bigram_text(doc.text))
+                 if g is not None]
+        if found:
+            self._insert_once(_INSERT_CJK, (file_id, "\n".join(found)))
+        del found
         doc.text = ""
         self.conn.execute(f"INSERT INTO fts (rowid, title, body, grams) VALUES "
                           f"(?1, {_TITLE_OF}, {_BODY_OF}, {_GRAMS_OF})", (file_id,))
@@ -573,6 +584,20 @@ class Store:
     def optimize_grams(self) -> None:
         self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
+    def _insert_once(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run one of the `_INSERT_*` statements with values that may be huge, then
+        release them (see _release)."""
+        self.conn.execute(sql, params)
+        self._release(sql, len(params))
+
+    def _release(self, sql: str, count: int) -> None:
+        """Let SQLite drop its copy of a statement's last values. Python's sqlite3 caches
+        statements and never clears their bindings, so the copy of a 150 MB text stayed
+        held after its insert, until the statement ran again. The `_INSERT_*` statements
+        insert nothing when their first value is NULL: run again with NULLs, they hold
+        nothing."""
+        self.conn.execute(sql, (None,) * count)
+
     def _insert_blocks(self, file_id: int, text: str) -> None:
         """Index a long text for grep as blocks of about GREP_BLOCK_CHARS, each ending
         after a newline (a line longer than that stays whole in its block)."""
@@ -583,26 +608,27 @@ class Store:
             cut = text.find("\n", pos + GREP_BLOCK_CHARS - 1)
             end = len(text) if cut < 0 else cut + 1
             block = text[pos:end]
-            self.conn.execute("INSERT INTO grams (rowid, body) VALUES (?, ?)",
-                              (file_id + (len(starts) << BLOCK_SHIFT), block))
+            self.conn.execute(_INSERT_BLOCK, (file_id + (len(starts) << BLOCK_SHIFT), block))
             starts.append((byte, line))
             byte += utf8_len(block)
             line += block.count("\n")
             pos = end
+            del block
+        self._release(_INSERT_BLOCK, 2)  # the last block may be a huge line
         if len(starts) > 1:
             self.conn.execute("INSERT INTO blocks (file_id, starts) VALUES (?, ?)",
                               (file_id, json.dumps(starts, separators=(",", ":"))))
 
     def replace_content(self, file_id: int, size: int, mtime_ns: int, digest: bytes,
-                        doc: Extracted) -> None:
+                        doc: Extracted, ocr: str | None = None) -> None:
         self._chunks_delete(file_id)
         self._fts_delete(file_id)
         self.conn.execute("DELETE FROM vectors WHERE file_id = ?", (file_id,))
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, title = ?, content_len = ?, "
-            "indexed_at = ?, error = NULL, skip = NULL WHERE id = ?",
-            (size, mtime_ns, digest, doc.title, utf8_len(doc.text), time.time(),
+            "indexed_at = ?, error = NULL, skip = NULL, ocr = ? WHERE id = ?",
+            (size, mtime_ns, digest, doc.title, utf8_len(doc.text), time.time(), ocr,
              file_id))
         self._insert_doc(file_id, doc)
 
@@ -611,30 +637,34 @@ class Store:
                           (size, mtime_ns, file_id))
 
     def record_failure(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                       digest: bytes | None, error: str, file_id: int | None) -> None:
-        """Remember a failure (so an unchanged file is not retried); earlier text is kept."""
+                       digest: bytes | None, error: str, file_id: int | None,
+                       ocr: str | None = None) -> None:
+        """Remember a failure (so an unchanged file is not retried — unless `ocr`, the OCR
+        fingerprint it depended on, changes); earlier text is kept."""
         if file_id is None:
             self.conn.execute(
-                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, error) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (root_id, relpath, kind, size, mtime_ns, digest, error))
+                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, error, ocr) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (root_id, relpath, kind, size, mtime_ns, digest, error, ocr))
         else:
             self.conn.execute(
-                "UPDATE files SET size = ?, mtime_ns = ?, error = ?, skip = NULL WHERE id = ?",
-                (size, mtime_ns, error, file_id))
+                "UPDATE files SET size = ?, mtime_ns = ?, error = ?, skip = NULL, ocr = ? "
+                "WHERE id = ?", (size, mtime_ns, error, ocr, file_id))
 
     def record_skip(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                    digest: bytes | None, reason: str, file_id: int | None) -> None:
-        """Remember that a valid file holds nothing to index (not retried while unchanged)."""
+                    digest: bytes | None, reason: str, file_id: int | None,
+                    ocr: str | None = None) -> None:
+        """Remember that a valid file holds nothing to index (not retried while unchanged,
+        unless `ocr`, the OCR fingerprint it depended on, changes)."""
         if file_id is None:
             self.conn.execute(
-                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, skip) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (root_id, relpath, kind, size, mtime_ns, digest, reason))
+                "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, skip, ocr) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (root_id, relpath, kind, size, mtime_ns, digest, reason, ocr))
         else:
             self.conn.execute(
-                "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, error = NULL, skip = ? "
-                "WHERE id = ?", (size, mtime_ns, digest, reason, file_id))
+                "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, error = NULL, skip = ?, "
+                "ocr = ? WHERE id = ?", (size, mtime_ns, digest, reason, ocr, file_id))
 
     def problems(self, kind: str) -> list[tuple[str, str]]:
         """(display path, reason) of the files that failed (`failed`) or were skipped

@@ -446,3 +446,48 @@ def test_a_server_follows_the_index_through_a_rebuild(server, scanned_notes, loo
     assert status == 200 and [h["path"] for h in body["hits"]] == ["rye.md"]
     status, body = server.call("POST", "/grep", {"pattern": "pumpernickel"})
     assert status == 200 and body["matches"][0]["path"] == "rye.md"
+
+
+def send_whole(url: str, request: bytes) -> bytes:
+    """Send a request all at once (as a client that does not wait for an early answer),
+    then read everything the server sends until it closes."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+def test_an_upload_over_the_cap_sent_whole_reads_its_413(server):
+    """Issue 23, item 15: the server closed with the body unread, and the reset that made
+    reached the client before the 413 (ECONNRESET). The close now lingers."""
+    body = b"x" * 1_100_000
+    for path in ("/search", "/mcp") * 5:
+        answer = send_whole(server.url, req("POST", path, body,
+                                            "Accept: application/json, text/event-stream\r\n"))
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413 "), (path, answer[:200])
+        assert b"connection: close" in head.lower()
+        assert json.loads(payload) == {"error": "body over 1048576 bytes"}
+
+
+def test_mcp_answers_every_error_as_json(server):
+    """The MCP SDK answered a chunked body over its own 4 MB cap in plain text (and
+    kept reading it); /mcp has the server's cap, and its errors are JSON."""
+    big = b"x" * (5 << 20)  # over the SDK's 4 MB too
+    over = req("POST", "/mcp", b"%x\r\n%s\r\n0\r\n\r\n" % (len(big), big),
+               "Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n"
+               "Accept: application/json, text/event-stream\r\n")
+    head, _, payload = send_whole(server.url, over).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"application/json" in head, head
+    assert json.loads(payload) == {"error": "body over 1048576 bytes"}
+    for request in (req("GET", "/mcp"),  # no text/event-stream in Accept
+                    req("POST", "/mcp", b"{bad", "Accept: application/json, "
+                                                 "text/event-stream\r\n"),
+                    req("POST", "/mcp", b'{"x": 1}', "Accept: text/html\r\n")):
+        [(status, body)] = raw_exchange(server.url, request)[:1]
+        assert 400 <= status < 500 and body["error"], (request[:60], status, body)

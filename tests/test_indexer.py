@@ -228,3 +228,63 @@ def test_file_name_that_is_not_utf8_fails_with_a_reason_and_the_rest_is_indexed(
     assert report["errors"] == [{"path": "caf\ufffd-latin1-name.md",
                                  "error": "file name is not valid UTF-8; rename it to index it"}]
     assert "empty.md" in indexed()
+
+
+def test_a_file_deleted_between_listing_and_reading_is_removed_not_failed(notes):
+    """Issue 23: a file deleted while the scan ran was counted failed (exit 1). The scan's
+    own progress callback, called before each file is read, deletes files at two points:
+    a note just before it is read, and a PDF after the scan has read and hashed it but
+    before an extraction worker opens it."""
+    from loomcli.indexer import exit_code
+
+    run(notes)
+    for name in ("welcome.md", "recipes/bread.md"):
+        bump(notes / name)  # touched: each is read again
+    with (notes / "manuals" / "field-guide.pdf").open("ab") as pdf:
+        pdf.write(b"\n% changed\n")  # changed: read, hashed, then left to a worker
+    write(notes / "new.md", "# New\nnever indexed\n")
+    seen: list[str] = []
+
+    def progress(done: int, total: int, path: str) -> None:
+        seen.append(path)
+        if path in ("welcome.md", "new.md"):
+            (notes / path).unlink()  # gone before it is read
+        if path == "recipes/bread.md":  # after the PDF was read, before its worker
+            (notes / "manuals" / "field-guide.pdf").unlink()
+
+    cfg = config.load()
+    report = Corpus(cfg).scan([notes], progress=progress)
+    assert seen.index("manuals/field-guide.pdf") < seen.index("recipes/bread.md")
+    assert (report.added, report.updated, report.removed, report.failed) == (0, 0, 2, 0)
+    assert report.errors == [] and exit_code(report) == 0
+    assert "welcome.md" not in indexed() and "manuals/field-guide.pdf" not in indexed()
+    with Store.open(cfg.db_path) as store:
+        store.check()
+    again = run(notes)
+    assert counts(again) == (0, 0, 0, 0, 7, 0)
+
+
+def test_a_change_is_told_once_it_is_committed(notes):
+    """`loom watch` printed a change as soon as it was written inside its batch; a SIGTERM
+    before the batch's commit rolled it back, so a printed file was not in the index (found
+    running tests/test_watch.py beside `stress-ng --cpu 2`). Each change is now told after
+    its commit: another connection sees it when it is told."""
+    import sqlite3
+
+    cfg = config.load()
+    run(notes)
+    write(notes / "new.md", "# New\nfresh words\n")
+    (notes / "welcome.md").unlink()
+    write(notes / "recipes" / "bread.md", "# Bread\nnow with rye\n")
+    told = []
+
+    def on_change(change: str, path: str, detail: str | None) -> None:
+        with sqlite3.connect(cfg.db_path) as other:
+            (rows,) = other.execute("SELECT count(*) FROM files f JOIN docs d ON d.id = f.id"
+                                    " WHERE f.relpath = ? AND instr(d.body, ?)", (
+                                        path, "rye" if "bread" in path else "")).fetchone()
+        told.append((change, path, rows))
+
+    Corpus(cfg).scan([notes], on_change=on_change)
+    assert sorted(told) == [("added", "new.md", 1), ("removed", "welcome.md", 0),
+                            ("updated", "recipes/bread.md", 1)]

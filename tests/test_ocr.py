@@ -108,3 +108,93 @@ def test_ocr_of_one_file_has_a_time_cap_however_many_pages_it_has(tmp_path):
                                         ocr=OcrSettings(True, "eng"), ocr_file_s=6.0)
     assert key == "book" and isinstance(result, ExtractionError), result
     assert "was stopped" in str(result)
+
+
+def path_to(tmp_path, *, tesseract: bool) -> str:
+    """A PATH holding Tesseract or not (the loom subprocesses need nothing else on it)."""
+    folder = tmp_path / ("bin-with-tesseract" if tesseract else "bin-without")
+    folder.mkdir(exist_ok=True)
+    exe = shutil.which("tesseract")
+    if tesseract and exe and not (folder / "tesseract").exists():
+        (folder / "tesseract").symlink_to(exe)
+    return str(folder)
+
+
+def scan(*args: str, path: str, check: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*LOOM, "scan", *args], capture_output=True, text=True,
+                          env={**os.environ, "PATH": path}, timeout=300)
+    assert proc.returncode == check, proc.stderr
+    return proc
+
+
+def test_files_left_for_want_of_tesseract_are_read_once_it_is_installed(tmp_path, loom_home):
+    """Issue 23, item 13: after installing Tesseract as loom's own hint says, the files that
+    had failed or been skipped for lack of it were never tried again (only --force)."""
+    folder = tmp_path / "scans"
+    shutil.copytree(FIXTURES / "ocr", folder)
+    shutil.copy(FIXTURES / "bad" / "truncated.pdf", folder)  # fails whatever OCR does
+    write(folder / "receipt.png", png(scan_of(_content(SCANNED_LETTER[0]))))
+    write(folder / "note.md", "# Note\nplain\n")
+    write(loom_home / "config.toml", 'extensions = ["md", "png"]\n')
+    without, with_it = path_to(tmp_path, tesseract=False), path_to(tmp_path, tesseract=True)
+
+    first = json.loads(scan(str(folder), "--json", path=without, check=1).stdout)
+    assert (first["added"], first["skipped"], first["failed"]) == (2, 1, 2)
+    assert [s["path"] for s in first["skips"]] == ["scanned-letter.pdf"]
+    assert sorted(e["path"] for e in first["errors"]) == ["receipt.png", "truncated.pdf"]
+    assert "install Tesseract" in next(e["error"] for e in first["errors"]
+                                       if e["path"] == "receipt.png")
+    again = scan(str(folder), path=without, check=1)  # nothing changed: nothing is read
+    assert again.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 3, "
+                                   "failed 2")
+    assert "failed: " not in again.stderr  # known failures are summed up, not re-extracted
+
+    installed = scan(str(folder), path=with_it, check=1)  # no --force
+    assert installed.stdout.startswith("added 0, updated 3, moved 0, removed 0, skipped 1, "
+                                       "failed 1"), installed.stdout
+    assert "failed: " not in installed.stderr  # truncated.pdf was not tried again
+    found = {line.split(":")[0] for line in loom("grep", "FT-2026-07[0-9]{2}").stdout.splitlines()}
+    assert found == {"scanned-letter.pdf", "mixed-manual.pdf", "receipt.png"}
+    settled = scan(str(folder), path=with_it, check=1)
+    assert settled.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 4, "
+                                     "failed 1")
+
+
+def test_a_change_of_ocr_enabled_or_languages_tries_those_files_again(tmp_path, loom_home):
+    folder = tmp_path / "scans"
+    write(folder / "letter.pdf", (FIXTURES / "ocr" / "scanned-letter.pdf").read_bytes())
+    write(folder / "note.md", "# Note\nplain\n")
+    config = loom_home / "config.toml"
+    here = os.environ["PATH"]
+
+    write(config, "[ocr]\nenabled = false\n")
+    off = json.loads(scan(str(folder), "--json", path=here).stdout)
+    assert [s["reason"][:21] for s in off["skips"]] == ["PDF has no text layer"]
+    write(config, '[ocr]\nenabled = true\nlanguages = "xyz"\n')  # a language not installed
+    wrong = json.loads(scan(str(folder), "--json", path=here, check=1).stdout)
+    assert (wrong["skipped"], wrong["failed"]) == (1, 1)
+    [error] = wrong["errors"]
+    assert error["path"] == "letter.pdf" and "xyz" in error["error"]
+    assert "check [ocr] languages" in error["error"]
+    assert json.loads(scan(str(folder), "--json", path=here, check=1).stdout)["errors"] == [
+        error]  # unchanged: counted again, not read again
+    write(config, '[ocr]\nenabled = true\nlanguages = "eng"\n')
+    fixed = json.loads(scan(str(folder), "--json", path=here).stdout)
+    assert (fixed["updated"], fixed["failed"], fixed["skipped"]) == (1, 0, 1)
+    assert loom("grep", "FT-2026-0777").stdout.startswith("letter.pdf:")
+
+
+def test_a_damaged_image_fails_as_a_damaged_image(tmp_path, loom_home):
+    """Issue 23: a corrupt PNG was told to check `[ocr] languages`."""
+    folder = tmp_path / "shots"
+    good = png(scan_of(_content(SCANNED_LETTER[0])))
+    write(folder / "cut.png", good[:3000])
+    write(folder / "noise.png", b"\x89PNG\r\n\x1a\n" + b"GARBAGE" * 20)
+    write(loom_home / "config.toml", 'extensions = ["png"]\n')
+    report = json.loads(loom("scan", str(folder), "--json", check=1).stdout)
+    assert sorted(e["path"] for e in report["errors"]) == ["cut.png", "noise.png"]
+    for e in report["errors"]:
+        assert e["error"].startswith("damaged or unsupported image ("), e
+        assert e["error"].endswith("— open it in an image viewer and save a repaired copy, "
+                                   "or add it to .loomignore")
+        assert "languages" not in e["error"]

@@ -37,7 +37,7 @@ def test_wal_mode_and_migrations_recorded(store):
     names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
     assert names == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks",
                      "006_scripts_and_passages", "007_stable_paths_and_skips",
-                     "008_finite_vectors", "009_grams_todo"]
+                     "008_finite_vectors", "009_grams_todo", "010_ocr_fingerprint"]
 
 
 def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):
@@ -182,3 +182,31 @@ def test_an_index_made_before_keeps_the_paths_it_showed(tmp_path):
         with Store.open(db) as old:
             shown = [old.display_path(r.id, "a.md") for r in old.roots()]
         assert shown == (["a.md"] if len(roots) == 1 else ["notes/a.md", "docs/a.md"])
+
+
+def test_an_index_from_before_migration_010_tries_its_ocr_failures_once(tmp_path,
+                                                                        monkeypatch):
+    """Files an earlier loom failed or skipped for want of OCR get a fingerprint no setting
+    has, so the next scan tries them once (issue 23, item 13); other files are left."""
+    import sqlite3
+
+    from loomcli import migrations
+
+    path = tmp_path / "old.db"
+    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:-1])
+    Store.open(path, create=True).close()
+    conn = sqlite3.connect(path)
+    rows = [("scan.pdf", None, "PDF has no text layer (scanned or image-only pages) — …"),
+            ("shot.png", "an image needs OCR to be indexed — install Tesseract …", None),
+            ("letter.pdf", "OCR failed (Failed loading language 'xyz') — check …", None),
+            ("cut.pdf", "damaged or unsupported PDF (…)", None), ("a.md", None, None)]
+    with conn:
+        conn.execute("INSERT INTO roots (id, path, name) VALUES (1, '/notes', 'notes')")
+        conn.executemany("INSERT INTO files (root_id, relpath, kind, size, mtime_ns, error, "
+                         "skip) VALUES (1, ?, 'pdf', 1, 1, ?, ?)", rows)
+    conn.close()
+    monkeypatch.undo()
+    with Store.open(path) as store:
+        got = {f.relpath: f.ocr for f in store.files_under(1).values()}
+    assert got == {"scan.pdf": "", "shot.png": "", "letter.pdf": "", "cut.pdf": None,
+                   "a.md": None}

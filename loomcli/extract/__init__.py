@@ -18,6 +18,9 @@ class Extracted:
     # Byte offset (in the UTF-8 text) where each page starts; None for notes.
     pages: list[int] | None = None
     engine: str = "text"
+    # Scanned pages were left unread for want of OCR: the scan reads the file again once
+    # OCR is on (see ocr.fingerprint).
+    ocr: bool = False
 
 
 # Image files: indexed through OCR, only when listed in `extensions`.

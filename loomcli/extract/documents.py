@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from xml.etree import ElementTree
 
 from loomcli.errors import ExtractionError, NoTextError
-from loomcli.extract import IMAGES, Extracted, read_regular_file
+from loomcli.extract import ACCESS_ERROR, IMAGES, Extracted, read_regular_file
 from loomcli.extract.ocr import INSTALL_HINT, OcrSettings, recognise
 
 MAX_MEMBER_BYTES = 64 << 20  # one XML part of a document, uncompressed
@@ -354,16 +354,18 @@ def _epub(z: _Zip, path: str) -> Extracted:
 _ZIP_FORMATS = {"docx": _docx, "odt": _odt, "pptx": _pptx, "epub": _epub}
 
 
+def _read(path: str) -> bytes:
+    try:
+        return read_regular_file(path)
+    except OSError as exc:
+        raise ExtractionError(f"{ACCESS_ERROR}: {exc.strerror or exc}",
+                              "check its permissions") from None
+
+
 def extract_document(path: str) -> Extracted:
     """Text of an HTML page, DOCX, ODT, PPTX or EPUB file (by its extension)."""
     kind = path.rpartition(".")[2].lower()
-    try:
-        data = read_regular_file(path)
-    except OSError as exc:
-        from loomcli.extract import ACCESS_ERROR
-
-        raise ExtractionError(f"{ACCESS_ERROR}: {exc.strerror or exc}",
-                              "check its permissions") from None
+    data = _read(path)
     if kind in ("html", "htm"):
         text, title = html_text(_decode_html(data))
         return _finish(text, title, path, "HTML")
@@ -389,7 +391,10 @@ def extract_file(path: str, ocr: OcrSettings | None = None,
         return extract_pdf(path, ocr, on_ocr_page)
     if kind in IMAGES:
         if ocr is None or not ocr.enabled:
-            raise ExtractionError("an image needs OCR to be indexed", INSTALL_HINT)
-        text = recognise(read_regular_file(path), languages=ocr.languages)
-        return _finish(text if text.strip() else "", PurePosixPath(path).stem, path, "image")
+            raise ExtractionError("an image needs OCR to be indexed", INSTALL_HINT, ocr=True)
+        text = recognise(_read(path), languages=ocr.languages, image_file=True)
+        if not text.strip():  # what OCR found depends on its languages
+            raise NoTextError("image holds no text OCR could read",
+                              "check [ocr] languages, or that the image is legible", ocr=True)
+        return _finish(text, PurePosixPath(path).stem, path, "image")
     return extract_document(path)

@@ -43,6 +43,29 @@ def installed_languages() -> list[str]:
             if line.strip() and line.strip() != "osd"]
 
 
+def version() -> str:
+    """Tesseract's version line ("tesseract 5.3.0"), or "" without it."""
+    exe = shutil.which("tesseract")
+    if exe is None:
+        return ""
+    try:
+        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = (proc.stdout or proc.stderr).splitlines()  # Tesseract 3 wrote it on stderr
+    return lines[0].strip() if lines else ""
+
+
+def fingerprint(reader: OcrSettings) -> str:
+    """What an OCR-dependent outcome (a scan skipped or failed for want of OCR, OCR that
+    found nothing) depended on: OCR off, or its languages and Tesseract's version. Stored
+    with such a file; the scan tries the file again once this changes (Tesseract installed
+    or upgraded, `[ocr] enabled` or `languages` switched, a language pack added)."""
+    if not reader.enabled:
+        return "off"
+    return f"{reader.languages} {version()}".strip()
+
+
 def settings(enabled: bool | None, languages: str | None) -> OcrSettings:
     """From `[ocr] enabled` (default: on when Tesseract is found) and `languages`
     (default: every installed language but osd)."""
@@ -52,21 +75,43 @@ def settings(enabled: bool | None, languages: str | None) -> OcrSettings:
     return OcrSettings(True, languages or "+".join(found))
 
 
-def recognise(image: bytes, *, languages: str, timeout: float = 120) -> str:
-    """Tesseract's text for an image (PGM, PNG, JPEG, TIFF …) given on its stdin."""
+# What Tesseract says when a language of `-l` is missing (leptonica's "pixRead…" lines
+# mean an image it cannot decode instead).
+_LANGUAGE_TROUBLE = ("Failed loading language", "couldn't load any languages",
+                     "Could not initialize tesseract")
+
+
+def recognise(image: bytes, *, languages: str, timeout: float = 120,
+              image_file: bool = False) -> str:
+    """Tesseract's text for an image (PGM, PNG, JPEG, TIFF …) given on its stdin.
+    `image_file`: the image is the user's file (not a page loom rendered), so an image
+    Tesseract cannot decode is reported as a damaged image."""
     exe = shutil.which("tesseract")
     if exe is None:
-        raise ExtractionError("Tesseract is not installed", INSTALL_HINT)
+        raise ExtractionError("Tesseract is not installed", INSTALL_HINT, ocr=True)
     try:
         proc = subprocess.run([exe, "stdin", "stdout", "-l", languages, "--psm", "3"],
                               input=image, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ExtractionError(f"OCR took longer than {timeout:.0f}s and was stopped",
-                              "the image may be huge; add it to .loomignore") from None
+                              "the image may be huge; add it to .loomignore",
+                              ocr=True) from None
     if proc.returncode != 0:
-        reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ExtractionError(f"OCR failed ({reason[-1] if reason else proc.returncode})",
-                              "check [ocr] languages against `tesseract --list-langs`")
+        said = proc.stderr.decode("utf-8", "replace").strip()
+        lines = said.splitlines()
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        missing = next((line for line in lines if "Failed loading language" in line), last)
+        if any(mark in said for mark in _LANGUAGE_TROUBLE):
+            raise ExtractionError(f"OCR failed ({missing})",
+                                  "check [ocr] languages against `tesseract --list-langs`",
+                                  ocr=True)
+        if image_file:
+            decoder = next((line for line in lines if "error" in line.lower()), last)
+            raise ExtractionError(f"damaged or unsupported image ({decoder})",
+                                  "open it in an image viewer and save a repaired copy, or "
+                                  "add it to .loomignore")
+        raise ExtractionError(f"OCR failed ({last})",
+                              "the page may be damaged; add the file to .loomignore")
     return proc.stdout.decode("utf-8", "replace").replace("\f", "").rstrip() + "\n"
 
 

@@ -22,8 +22,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f\ufffe\uffff]")
 def _no_text(ocr_on: bool) -> NoTextError:
     if ocr_on:
         return NoTextError("PDF has no text, and OCR found none on its pages",
-                           "check [ocr] languages, or that the scan is legible")
-    return NoTextError("PDF has no text layer (scanned or image-only pages)", INSTALL_HINT)
+                           "check [ocr] languages, or that the scan is legible", ocr=True)
+    return NoTextError("PDF has no text layer (scanned or image-only pages)", INSTALL_HINT,
+                       ocr=True)
 _ENCRYPTED = ExtractionError(
     "PDF is encrypted (password-protected)",
     "save an unprotected copy to index it",
@@ -71,13 +72,13 @@ def _title(meta_title: str | None, text: str, path: str) -> str:
 
 
 def _finish(pages: list[str], meta_title: str | None, path: str, engine: str,
-            ocr_on: bool = False) -> Extracted:
+            ocr_on: bool = False, unread: bool = False) -> Extracted:
     pages = [_clean(p) for p in pages]
     text, offsets = _join(pages)
     if not text.strip():
         raise _no_text(ocr_on)
     return Extracted(text=text, title=_title(meta_title, text, path), pages=offsets,
-                     engine=engine)
+                     engine=engine, ocr=unread)
 
 
 def _pdfium_reason(msg: str) -> str:
@@ -101,6 +102,8 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
             f"damaged or unsupported PDF ({_pdfium_reason(msg)})",
             "open it in a PDF viewer and save a repaired copy",
         ) from None
+    ocr_on = bool(ocr and ocr.enabled)
+    unread = False  # a scanned page left without its text, OCR being off
     try:
         pages: list[str] = []
         chars = 0
@@ -108,10 +111,13 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
             page = pdf[i]
             textpage = page.get_textpage()
             pages.append(textpage.get_text_bounded())
-            if ocr is not None and ocr.enabled and not pages[-1].strip() and _has_image(page):
-                pages[-1] = _ocr_page(page, ocr)  # a scanned page: read its picture
-                if on_ocr_page:
-                    on_ocr_page()
+            if not pages[-1].strip() and (ocr_on or not unread) and _has_image(page):
+                if ocr is None or not ocr_on:
+                    unread = True
+                else:
+                    pages[-1] = _ocr_page(page, ocr)  # a scanned page: read its picture
+                    if on_ocr_page:
+                        on_ocr_page()
             chars += len(pages[-1])
             _check_size(chars)
             textpage.close()
@@ -122,7 +128,7 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
                               "open it in a PDF viewer and save a repaired copy") from None
     finally:
         pdf.close()
-    return _finish(pages, title, path, "pdfium", bool(ocr and ocr.enabled))
+    return _finish(pages, title, path, "pdfium", ocr_on, unread)
 
 
 def _has_image(page: Any) -> bool:

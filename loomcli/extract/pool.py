@@ -110,7 +110,7 @@ def _worker(conn: Connection, parent: int) -> None:
         try:
             result: Any = extract_file(path, ocr, page_recognised)
         except ExtractionError as exc:
-            result = type(exc)(exc.message, exc.hint)  # its kind too: NoTextError skips
+            result = type(exc)(exc.message, exc.hint, exc.ocr)  # its kind too: NoTextError skips
         except MemoryError:
             result = _too_big(path)
         except Exception as exc:  # a parser bug must not stop the scan
@@ -218,7 +218,7 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                     if took > limit(size_of[key]):  # OCR pages had moved the deadline on
                         yield key, ExtractionError(
                             f"OCR of this file took longer than {took:.0f}s and was stopped",
-                            "leave it out with .loomignore, or turn [ocr] off for it")
+                            "leave it out with .loomignore, or turn [ocr] off for it", ocr=True)
                     else:
                         yield key, ExtractionError(
                             f"extraction took longer than {limit(size_of[key]):.0f}s and "
