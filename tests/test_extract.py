@@ -108,6 +108,34 @@ def test_shared_corpus_every_pdf_indexed_or_explained(engine, tmp_path):
     assert isinstance(arabic, Extracted) and any("\u0600" <= c <= "\u06ff" for c in arabic.text)
 
 
+def test_pdfium_pages_read_as_pypdfium2_reads_them():
+    """The page texts come from PDFium's calls directly (faster): each must equal what
+    pypdfium2's own get_text_bounded() gives, on every real PDF PDFium opens."""
+    if pdf.engine() != "pdfium":
+        pytest.skip("pypdfium2 is not installed")
+    import pypdfium2 as pdfium
+
+    files = sorted(PDF_SAMPLES.rglob("*.pdf")) + sorted((FIXTURES / "notes").rglob("*.pdf"))
+    compared = 0
+    for path in files:
+        try:
+            doc = pdfium.PdfDocument(str(path))
+        except pdfium.PdfiumError:
+            continue  # encrypted or damaged: tested above
+        try:
+            read = pdf._PageText()
+            for i in range(len(doc)):
+                page = doc[i]
+                textpage = page.get_textpage()
+                assert read(doc, i) == textpage.get_text_bounded(), (path.name, i)
+                textpage.close()
+                page.close()
+                compared += 1
+        finally:
+            doc.close()
+    assert compared >= 170  # every page of the PDFs it opens
+
+
 def test_a_pdf_over_its_time_limit_is_stopped_and_the_pool_goes_on(tmp_path):
     slow = next(PDF_SAMPLES.glob("009-*/*.pdf"))
     quick = FIXTURES / "notes/manuals/release-notes.pdf"
