@@ -68,12 +68,18 @@ def reap_orphans(timeout: float = 30.0) -> None:
     sys.exit("a child process outlived its command by 30 s")
 
 
+# Every command runs from here: `python -m` and multiprocessing's forkserver put the working
+# directory first on sys.path, so started in a checkout they would run its `loomcli`, not
+# the install being timed.
+NEUTRAL_DIR = Path("/")
+
+
 def run_tree(cmd: list[str], env: dict[str, str] | None = None,
              ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
     """Wall and CPU seconds of a command and every process it started; its stdout."""
     cpu = cpu_of_children()
     started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=NEUTRAL_DIR)
     wall = time.perf_counter() - started
     reap_orphans()
     if proc.returncode not in ok:
@@ -97,7 +103,7 @@ def stored(python: str, folder: Path, home: Path) -> dict[str, tuple[str, ...]]:
     shutil.rmtree(home, ignore_errors=True)
     subprocess.run([python, "-m", "loomcli", "scan", str(folder)], check=False,
                    env={**os.environ, "LOOM_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, cwd=NEUTRAL_DIR)
     with sqlite3.connect(home / "index.db") as db:
         rows = db.execute("SELECT relpath, title, error, skip, body, pages FROM files "
                           "LEFT JOIN docs ON docs.id = files.id ORDER BY relpath").fetchall()
@@ -140,6 +146,9 @@ def main() -> None:
     ap.add_argument("--check-text", action="store_true")
     args = ap.parse_args()
     installs = dict(spec.split("=", 1) for spec in args.loom) or {"loom": sys.executable}
+    for name, python in installs.items():  # which code each install runs
+        where = run_tree([python, "-c", "import loomcli; print(loomcli.__file__)"])[2]
+        print(f"{name}: {where.strip()}")
     if not shutil.which("pdftotext"):
         sys.exit("pdftotext missing: apt-get install poppler-utils")
     become_subreaper()
