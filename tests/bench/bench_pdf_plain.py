@@ -16,6 +16,7 @@ wall time and the CPU seconds (user + system of the whole process tree: this scr
 makes itself a child subreaper, so the scan's forkserver and workers are counted too),
 and the ratio of each to pdftotext's in the same run (median, and the range over runs).
 
+`--skip-pdftotext` times the installs alone, against each other.
 `--check-text` scans the manuals and the PDFs of fixtures/pdf-samples with every install
 first and compares what each stored (text, page offsets, title, failure or skip reason)
 byte for byte with the first install's.
@@ -144,6 +145,8 @@ def main() -> None:
     ap.add_argument("--loom", action="append", default=[], metavar="NAME=PYTHON",
                     help="an install to time, by its Python (repeatable)")
     ap.add_argument("--check-text", action="store_true")
+    ap.add_argument("--skip-pdftotext", action="store_true",
+                    help="time the installs only (more runs of old against new in the time)")
     args = ap.parse_args()
     installs = dict(spec.split("=", 1) for spec in args.loom) or {"loom": sys.executable}
     for name, python in installs.items():  # which code each install runs
@@ -157,12 +160,12 @@ def main() -> None:
     if args.check_text:
         check_text(installs, args.work, pdfs)
 
-    contenders: dict[str, list[str] | str] = {
+    peers: dict[str, list[str] | str] = {
         "pdftotext": ["sh", "-c", 'for f; do pdftotext "$f" /dev/null; done', "sh", *files],
         "pdftotext -P2": ["sh", "-c", 'printf "%s\\0" "$@" | xargs -0 -P2 -I{} '
                           "pdftotext {} /dev/null", "sh", *files],
-        **installs,
     }
+    contenders = {**({} if args.skip_pdftotext else peers), **installs}
     names = list(contenders)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     print(f"{len(files)} manuals, {sum(os.path.getsize(f) for f in files) / 1e6:.1f} MB; "
@@ -181,6 +184,8 @@ def main() -> None:
               + f"; load {os.getloadavg()[0]:.2f}", flush=True)
 
     def ratios(name: str, peer: str, k: int) -> str:
+        if peer not in times:
+            return "-"
         r = [a[k] / b[k] for a, b in zip(times[name], times[peer], strict=True)]
         return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})"
 
