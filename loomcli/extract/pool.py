@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import queue
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -163,32 +165,109 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
     `limit(size)` is the time a file of that many bytes may take; `ocr` says whether and
     in which languages pages without text are recognised. A page of OCR done moves the
     file's deadline on by OCR_PAGE_S, never past `ocr_file_s` from the file's start.
+
+    The largest files go first: one big manual handed out last kept one worker busy
+    alone at the end, and its text was stored after all the others. A thread of this
+    process hands out the jobs and takes the results, so a worker never waits while
+    the caller stores a result; at most one result per worker waits for the caller.
     """
-    pending = deque(jobs)
-    size_of = {key: size for key, _, size in pending}
-    started: dict[Any, float] = {}
+    pending = deque(sorted(jobs, key=lambda job: -job[2]))  # stable: else in given order
     if not pending:
         return
-    ctx = worker_context()
-    count = max(1, min(workers or os.cpu_count() or 1, len(pending)))
-    slots = [_Slot(ctx) for _ in range(count)]
+    feeder = _Feeder(pending, workers, limit, ocr, ocr_file_s)
     try:
+        yield from feeder.results()
+    finally:
+        feeder.stop()
+
+
+_DONE = object()
+
+
+class _Feeder:
+    """The thread that keeps the workers busy (see extract_documents)."""
+
+    def __init__(self, pending: deque[tuple[Any, str, int]], workers: int | None,
+                 limit: Callable[[int], float], ocr: OcrSettings | None,
+                 ocr_file_s: float) -> None:
+        self.pending, self.limit, self.ocr, self.ocr_file_s = pending, limit, ocr, ocr_file_s
+        self.ctx = worker_context()
+        self.count = max(1, min(workers or os.cpu_count() or 1, len(pending)))
+        self.out: queue.Queue[Any] = queue.Queue()
+        self.unread = 0  # results put out and not yet taken by the caller
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.woken, self.wake = self.ctx.Pipe(duplex=False)  # the caller took one, or stops
+        self.slots = [_Slot(self.ctx) for _ in range(self.count)]
+        self.thread = threading.Thread(target=self._run, name="loom-extract", daemon=True)
+        self.thread.start()
+
+    def results(self) -> Iterator[tuple[Any, Extracted | ExtractionError]]:
+        while True:
+            got = self.out.get()
+            if got is _DONE:
+                return
+            if isinstance(got, BaseException):
+                raise got
+            with self.lock:
+                self.unread -= 1
+            self.wake.send_bytes(b"")
+            yield got
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+        with contextlib.suppress(OSError):
+            self.wake.send_bytes(b"")
+        self.thread.join()
+        self.wake.close()
+        self.woken.close()
+
+    def _put(self, result: Any) -> None:
+        with self.lock:
+            self.unread += 1
+        self.out.put(result)
+
+    def _run(self) -> None:
+        try:
+            self._feed()
+        except BaseException as exc:  # the caller raises it
+            self.out.put(exc)
+        else:
+            self.out.put(_DONE)
+        finally:
+            for slot in self.slots:
+                slot.stop(kill=slot.job is not None)
+
+    def _feed(self) -> None:
+        pending, slots, limit, ctx = self.pending, self.slots, self.limit, self.ctx
+        size_of = {key: size for key, _, size in pending}
+        started: dict[Any, float] = {}
         while pending or any(s.job for s in slots):
+            with self.lock:
+                if self.stopping:
+                    return
+                room = self.unread < self.count
             for i, slot in enumerate(slots):
-                if slot.job is None and pending:
+                if room and slot.job is None and pending:
                     key, path, size = pending.popleft()
                     started[key] = time.monotonic()
                     slot.job = (key, path, started[key] + limit(size))
                     try:
-                        slot.conn.send((key, path, ocr))
+                        slot.conn.send((key, path, self.ocr))
                     except OSError:  # the worker died: replace it and retry once
                         slot.stop(kill=True)
                         slots[i] = slot = _Slot(ctx)
                         slot.job = (key, path, time.monotonic() + limit(size))
-                        slot.conn.send((key, path, ocr))
+                        slot.conn.send((key, path, self.ocr))
             busy = [s for s in slots if s.job]
-            deadline = min(s.job[2] for s in busy if s.job)
-            ready = wait([s.conn for s in busy], timeout=max(0.0, deadline - time.monotonic()))
+            timeout = None
+            if busy:
+                deadline = min(s.job[2] for s in busy if s.job)
+                timeout = max(0.0, deadline - time.monotonic())
+            ready = wait([self.woken, *(s.conn for s in busy)], timeout=timeout)
+            while self.woken.poll():
+                self.woken.recv_bytes()
             for i, slot in enumerate(slots):
                 if slot.job is None:
                     continue
@@ -197,7 +276,7 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                     try:
                         got_key, result = slot.conn.recv()
                         if isinstance(result, str) and result == PAGE_DONE:
-                            cap = started[key] + max(ocr_file_s, limit(size_of[key]))
+                            cap = started[key] + max(self.ocr_file_s, limit(size_of[key]))
                             slot.job = (key, path, min(cap, max(slot_deadline,
                                                                 time.monotonic() + OCR_PAGE_S)))
                             continue
@@ -205,26 +284,24 @@ def extract_documents(jobs: Iterable[tuple[Any, str, int]], workers: int | None 
                         # The worker died (a crash in the PDF library, or out of memory).
                         slot.stop(kill=True)
                         slots[i] = _Slot(ctx)
-                        yield key, ExtractionError(
+                        self._put((key, ExtractionError(
                             "the extraction library crashed on this file (or needed more than "
-                            f"{WORKER_MEMORY >> 20} MB of memory)", repair_hint(path))
+                            f"{WORKER_MEMORY >> 20} MB of memory)", repair_hint(path))))
                         continue
                     slot.job = None
-                    yield got_key, result
+                    self._put((got_key, result))
                 elif time.monotonic() >= slot_deadline:
                     slot.stop(kill=True)
                     slots[i] = _Slot(ctx)
                     took = slot_deadline - started[key]
                     if took > limit(size_of[key]):  # OCR pages had moved the deadline on
-                        yield key, ExtractionError(
+                        self._put((key, ExtractionError(
                             f"OCR of this file took longer than {took:.0f}s and was stopped",
-                            "leave it out with .loomignore, or turn [ocr] off for it", ocr=True)
+                            "leave it out with .loomignore, or turn [ocr] off for it",
+                            ocr=True)))
                     else:
-                        yield key, ExtractionError(
+                        self._put((key, ExtractionError(
                             f"extraction took longer than {limit(size_of[key]):.0f}s and "
                             "was stopped",
                             "the file may be pathological; add it to .loomignore",
-                        )
-    finally:
-        for slot in slots:
-            slot.stop(kill=slot.job is not None)
+                        )))

@@ -48,6 +48,17 @@ def prepare_kernel(work: Path) -> Path:
     return dest
 
 
+def texlive_base_pdfs() -> list[Path]:
+    """The PDFs texlive-latex-base-doc installed (all under PDF_SRC without dpkg)."""
+    try:
+        listed = subprocess.run(["dpkg-query", "-L", "texlive-latex-base-doc"],
+                                capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return list(PDF_SRC.rglob("*.pdf"))
+    return [Path(line) for line in listed.splitlines()
+            if line.endswith(".pdf") and Path(line).is_file()]
+
+
 def prepare_pdfs(work: Path, count: int = 20) -> Path:
     dest = work / "pdfs"
     if dest.exists() and len(list(dest.glob("*.pdf"))) == count:
@@ -55,8 +66,10 @@ def prepare_pdfs(work: Path, count: int = 20) -> Path:
     if not PDF_SRC.exists():
         sys.exit(f"{PDF_SRC} missing: apt-get install texlive-latex-base-doc")
     dest.mkdir(parents=True, exist_ok=True)
-    # The 20 largest manuals: real multi-page LaTeX documentation.
-    pdfs = sorted(PDF_SRC.rglob("*.pdf"), key=lambda p: (-p.stat().st_size, str(p)))[:count]
+    # The 20 largest manuals of texlive-latex-base-doc: real multi-page LaTeX documentation.
+    # The folder also holds other texlive-*-doc packages' manuals when those are installed
+    # (setup.sh installs two more), so the package's own file list says which are its own.
+    pdfs = sorted(texlive_base_pdfs(), key=lambda p: (-p.stat().st_size, str(p)))[:count]
     for p in pdfs:
         shutil.copyfile(p, dest / p.name)
     return dest
