@@ -19,7 +19,7 @@ from loomcli import config, indexer
 from loomcli.extract import read_regular_file
 from loomcli.store import Store
 
-from .conftest import as_user, write
+from .conftest import PDF_SAMPLES, as_user, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
 HOSTILE_GLOB = "*?*?*?*?*?*?*?*?*?*?#"
@@ -456,3 +456,24 @@ def test_a_corpus_name_with_a_trailing_newline_is_refused(tmp_path):
     assert Corpus.named(tmp_path, "abc", config.load()).roots == [tmp_path / "abc" / "notes"]
     with pytest.raises(QueryError, match="invalid corpus name"):
         Corpus.named(tmp_path, "abc\n", config.load())
+
+
+def test_a_loomcli_folder_where_loom_runs_is_never_imported(tmp_path, loom_home):
+    """The PDF workers' forkserver starts as `python -c …`, which put the working folder
+    first on its sys.path: `loom scan` run inside a folder holding a `loomcli/` (a
+    checkout, a hostile download) imported and ran that folder's code."""
+    exe = Path(sys.executable).parent / "loom"
+    if not exe.exists():
+        pytest.skip("no `loom` console script beside this Python (pip install -e .)")
+    here = tmp_path / "download"
+    marker = tmp_path / "ran"
+    write(here / "loomcli" / "__init__.py", f"open({str(marker)!r}, 'w').close()\n")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for pdf in sorted(PDF_SAMPLES.glob("*/*.pdf"))[:3]:
+        (notes / pdf.name).write_bytes(pdf.read_bytes())
+    proc = subprocess.run([str(exe), "scan", str(notes)], cwd=here, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "added 3" in proc.stdout
+    assert not marker.exists()

@@ -129,8 +129,28 @@ def worker_context() -> Any:
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["loomcli.extract.pdf", "loomcli.extract.documents"])
+        _start_forkserver()
         return ctx
     return multiprocessing.get_context("spawn")
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver without the working folder on its `sys.path`. Python starts it
+    as `python -c …`, which puts the working folder first, and (3.11–3.13) it imports the
+    preloaded modules from there: `loom scan` run inside a folder holding a `loomcli/`
+    (a checkout, a download being indexed) ran that folder's code. PYTHONSAFEPATH (3.11+)
+    leaves the folder off; it is set for the server's start only."""
+    from multiprocessing import forkserver
+
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 class _Slot:
