@@ -13,19 +13,44 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 # Han (with extensions and compatibility forms), kana (half-width too), Hangul, Thai,
 # Lao, Khmer and Myanmar.
 RANGES = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
            "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\u0e00-\u0eff"
            "\u1000-\u109f\u1780-\u17ff\U00020000-\U0002fa1f")
-RUN = re.compile(f"[{RANGES}]+")
-CHAR = re.compile(f"[{RANGES}]")
+FIRST = "\u0e00"  # the lowest character of RANGES
 PAIRS_MAX_CHARS = 4 << 20  # a text's first this many characters of such runs get pairs
 
 
+class Lazy:
+    """A regular expression compiled at its first use. Compiling a class of these ranges
+    takes Python's `re` 1-2 ms (it marks each of their 40,000 characters), a cost a cold
+    `loom search` or `grep` of text without such characters need not pay."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern, self.flags = pattern, flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:  # search, sub, finditer, findall, match
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self.flags)
+        return getattr(self._compiled, name)
+
+
+RUN = Lazy(f"[{RANGES}]+")
+CHAR = Lazy(f"[{RANGES}]")
+
+
+def outside(text: str) -> bool:
+    """Whether `text` holds none of these characters, told without a pattern (ASCII at
+    once, other text by its highest character): for short texts, a query or a snippet."""
+    return text.isascii() or max(text) < FIRST
+
+
 def has_runs(text: str) -> bool:
-    return RUN.search(text) is not None
+    return not outside(text) and RUN.search(text) is not None
 
 
 def _letters(run: str) -> str:
@@ -59,7 +84,7 @@ def bigram_text(text: str) -> str | None:
 
 def runs(text: str) -> list[str]:
     """The runs of such characters in `text`, as typed."""
-    return RUN.findall(text)
+    return [] if outside(text) else RUN.findall(text)
 
 
 def split_word(word: str) -> tuple[str, list[str]]:
