@@ -5,6 +5,7 @@ messages, fixtures/scripts), through real `loom` subprocesses and a real index."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loomcli import scripts
 from loomcli.store import SNIPPET_END, SNIPPET_START, quote_fts, snippet_of
@@ -50,6 +53,17 @@ def test_runs_become_overlapping_pairs_and_thai_marks_are_dropped():
     assert scripts.pairs("สวัสดี") == ["สว", "วส", "สด"]  # vowel and tone marks dropped
     assert scripts.bigram_text("plain English only") is None
     assert scripts.bigram_text("Linux カーネル と 内存") == "カー ーネ ネル\nと\n内存"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.characters(max_codepoint=0x2FFFF), max_size=20))
+def test_text_told_outside_the_ranges_without_a_pattern_has_no_run(text):
+    # scripts.outside() spares a cold search compiling the ranges' patterns: it may
+    # answer "not sure" (False), never "outside" for text holding one of them.
+    found = re.search(f"[{scripts.RANGES}]", text) is not None
+    assert not (found and scripts.outside(text))
+    assert scripts.has_runs(text) == found
+    assert scripts.runs(text) == re.findall(f"[{scripts.RANGES}]+", text)
 
 
 def test_a_query_run_is_the_phrase_of_its_pairs():
