@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_right
 from typing import Any
 
 # Han (with extensions and compatibility forms), kana (half-width too), Hangul, Thai,
@@ -43,14 +44,28 @@ RUN = Lazy(f"[{RANGES}]+")
 CHAR = Lazy(f"[{RANGES}]")
 
 
+# RANGES as (first, last) code points, for telling a character without a pattern.
+_SPANS = sorted((ord(RANGES[i]), ord(RANGES[i + 2])) for i in range(0, len(RANGES), 3))
+_STARTS = [first for first, _ in _SPANS]
+
+
 def outside(text: str) -> bool:
-    """Whether `text` holds none of these characters, told without a pattern (ASCII at
-    once, other text by its highest character): for short texts, a query or a snippet."""
-    return text.isascii() or max(text) < FIRST
+    """Whether `text` holds none of these characters, told without compiling a pattern:
+    ASCII at once, other text by its distinct characters (for short texts: a query, a
+    snippet's window). Typography (dashes, bullets, ligatures) is not in the ranges."""
+    if text.isascii():
+        return True
+    for char in set(text):
+        if char >= FIRST:
+            code = ord(char)
+            i = bisect_right(_STARTS, code) - 1
+            if i >= 0 and code <= _SPANS[i][1]:
+                return False
+    return True
 
 
 def has_runs(text: str) -> bool:
-    return not outside(text) and RUN.search(text) is not None
+    return not outside(text)
 
 
 def _letters(run: str) -> str:

@@ -247,7 +247,7 @@ _CJK_SPACE = scripts.Lazy(f"(?<=[{_HAN_KANA}]) (?=[\x02\x03]*[{_HAN_KANA}])")
 
 
 def _cost(text: str, span: tuple[int, int]) -> float:
-    return 1 / 3 if text[span[0]] >= scripts.FIRST and scripts.CHAR.match(text, span[0]) else 1.0
+    return 1.0 if scripts.outside(text[span[0]]) else 1 / 3  # as CHAR.match(text, span[0])
 
 
 # 16 KB pages for a new index: texts are long rows, read whole by grep, and a row read
