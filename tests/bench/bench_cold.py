@@ -1,7 +1,7 @@
 """Cold start of the read commands: this checkout against loom at --old and the peers.
 
     python tests/bench/bench_cold.py [--work /tmp/loom-bench] [--old 5b8ed35]
-        [--rounds 4] [--runs 10] [--qmd-dir /opt/qmd] [--archive-home DIR]
+        [--rounds 4] [--runs 10] [--qmd-dir /opt/qmd] [--archive-home DIR] [--nice N]
 
 Installs this checkout and the commit --old (a git worktree) each into its own virtualenv
 under WORK, without `-e` (an editable install adds an import hook, ~8 ms) and with their
@@ -14,7 +14,9 @@ bench_scan.py unpacks them) with loom and with qmd, then times, as new processes
   and `python -c pass` (the interpreter alone) for scale.
 hyperfine runs one command's runs one after another, so each comparison is run in
 --rounds rounds (the order rotating) of --runs runs each and the medians over all rounds
-are compared: a change of the machine's load reaches every command alike. With
+are compared: a change of the machine's load reaches every command alike. The CPU time
+(user + system, all threads) of each is shown too: on a loaded machine it moves less than
+the wall-clock time. With
 --archive-home (the LOOM_HOME of bench_archive.py's archive index), cold searches there
 too (old, new). Prints medians and ratios (lower is better) and the load average.
 """
@@ -53,38 +55,47 @@ def install(source: Path, venv: Path) -> Path:
     return venv / "bin" / "loom"
 
 
+NICE: list[str] = []  # --nice N: hyperfine and what it runs at that priority
+
+
 def hyperfine(commands: dict[str, str], env: dict[str, str], rounds: int, runs: int,
-              cwd: Path | None = None) -> dict[str, list[float]]:
-    """Seconds of every run of each command, over `rounds` rounds in rotating order."""
+              cwd: Path | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds of every run of each command, over `rounds` rounds in rotating order, and
+    the CPU seconds (user + system) of each round's runs on average."""
     times: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
     names = list(commands)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             out = Path(tmp) / f"round-{r}.json"
-            subprocess.run(["hyperfine", "-N", "-i", "-w", "2", "-r", str(runs), "--style",
+            subprocess.run([*NICE, "hyperfine", "-N", "-i", "-w", "2", "-r", str(runs), "--style",
                             "none", "--export-json", str(out),
                             *[commands[n] for n in order]],
                            env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
             for name, result in zip(order, json.loads(out.read_text())["results"],
                                     strict=True):
                 times[name] += result["times"]
-    return times
+                cpu[name].append(result["user"] + result["system"])
+    return times, cpu
 
 
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def report(title: str, times: dict[str, list[float]], pairs: list[tuple[str, str]]) -> None:
+def report(title: str, measured: tuple[dict[str, list[float]], dict[str, list[float]]],
+           pairs: list[tuple[str, str]]) -> None:
+    times, cpu = measured
     med = {name: statistics.median(t) for name, t in times.items()}
+    used = {name: statistics.mean(c) for name, c in cpu.items()}
     print(f"\n{title} (load {load()})")
     for name, t in times.items():
         q1, _, q3 = statistics.quantiles(t, n=4)
         print(f"  {name:<28} median {med[name] * 1e3:7.1f} ms  (IQR {q1 * 1e3:.1f}–"
-              f"{q3 * 1e3:.1f}, {len(t)} runs)")
+              f"{q3 * 1e3:.1f}, {len(t)} runs)  CPU {used[name] * 1e3:6.1f} ms")
     for a, b in pairs:
-        print(f"  {a} / {b}: {med[a] / med[b]:.2f}x")
+        print(f"  {a} / {b}: {med[a] / med[b]:.2f}x (CPU time {used[a] / used[b]:.2f}x)")
 
 
 def main() -> None:
@@ -95,7 +106,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--qmd-dir", type=Path, default=Path("/opt/qmd"))
     ap.add_argument("--archive-home", type=Path, help="LOOM_HOME of an archive index")
+    ap.add_argument("--nice", type=int, help="run the timings at this priority (e.g. -10 "
+                    "on a machine shared with other work; all commands alike)")
     args = ap.parse_args()
+    if args.nice is not None:
+        NICE[:] = ["nice", "-n", str(args.nice)]
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     for tool in ("hyperfine", "rg"):
