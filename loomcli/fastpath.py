@@ -226,7 +226,25 @@ def main() -> NoReturn:
         code = run()
     except (Exception, KeyboardInterrupt) as exc:
         code = _failure(exc)
-    sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
+    """Exit without tearing the interpreter down: freeing every module and object costs a
+    cold command ~20 M instructions (8% of a search) and a read command leaves nothing to
+    finish (its index is closed, no thread, no atexit hook). Anything unusual — output
+    that cannot be flushed, a hook registered after all — exits the ordinary way, which
+    reports it as before."""
+    import atexit
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        sys.exit(code)
+    if atexit._ncallbacks() or sys.flags.dev_mode:
+        sys.exit(code)
+    os._exit(code)
 
 
 def _failure(exc: BaseException) -> int:
