@@ -118,11 +118,17 @@ def main() -> None:
             sys.exit(f"{tool} missing: run tests/bench/setup.sh")
     kernel = prepare_kernel(work)
 
-    old_tree = work / "cold-old-tree"
-    if not old_tree.exists():
+    old_venv = work / f"cold-old-venv-{args.old}"
+    if not (old_venv / "bin" / "loom").exists():  # installed once from a passing worktree
+        old_tree = work / "cold-old-tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree),
                         args.old], check=True, capture_output=True)
-    old = install(old_tree, work / "cold-old-venv")
+        try:
+            install(old_tree, old_venv)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(old_tree)], check=True, capture_output=True)
+    old = old_venv / "bin" / "loom"
     shutil.rmtree(work / "cold-new-venv", ignore_errors=True)  # this checkout as it is now
     new = install(ROOT, work / "cold-new-venv")
     python = work / "cold-new-venv" / "bin" / "python"
