@@ -7,17 +7,19 @@ imported inside the commands that need them, so `loom --help` starts fast.
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from loomcli import __version__
+from loomcli import __version__, console, reading
+from loomcli.console import err as _err
+from loomcli.console import out as _out
+from loomcli.console import print_json as _print_json
+from loomcli.console import shown as _shown
 from loomcli.errors import Exit, LoomError
 
 if TYPE_CHECKING:
@@ -68,55 +70,7 @@ def _root(
 
 def _corpus() -> Corpus:
     """The configured corpus; the config's warnings (unknown keys) go to stderr once."""
-    from loomcli import config
-    from loomcli.operations import Corpus
-
-    cfg = config.load(State.config_override)
-    for warning in cfg.warnings:
-        _err(f"warning: {warning}")
-    return Corpus(cfg)
-
-
-class _StdoutClosed(Exception):
-    """The reader of stdout went away (`loom files | head -1`)."""
-
-
-def _out(text: str, end: str = "\n") -> None:
-    """Data to stdout. A closed pipe stops the command quietly, as it stops grep."""
-    try:
-        sys.stdout.write(text + end)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise _StdoutClosed from None
-
-
-_UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f"\\]')
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
-
-
-def _shown(path: str) -> str:
-    """A path as a terminal or a line-based reader can trust: a name holding a newline,
-    an escape sequence or another control character is quoted C-style, as git quotes
-    paths ("a\\nb.md", "\\x1b[31m.md"). Plain names print as they are; --json is exact."""
-    if not _UNSAFE.search(path):
-        return path
-    return '"' + _UNSAFE.sub(lambda m: _ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}"), path) + '"'
-
-
-def _print_json(data: Any) -> None:
-    _out(json.dumps(data, ensure_ascii=False, indent=2))
-
-
-def _err(message: str) -> None:
-    sys.stderr.write(f"loom: {message}\n")
-
-
-def _highlight(snippet: str) -> str:
-    from loomcli.store import SNIPPET_END, SNIPPET_START, plain_snippet
-
-    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-        return snippet.replace(SNIPPET_START, "\x1b[1m").replace(SNIPPET_END, "\x1b[0m")
-    return plain_snippet(snippet)
+    return console.corpus(State.config_override)
 
 
 class _ProgressBar:
@@ -301,23 +255,8 @@ def search(
 ) -> None:
     """Rank files by relevance to the query (BM25, and meaning when embeddings are on).
     "a phrase" in quotes matches those words side by side."""
-    corpus = _corpus()
-    result = corpus.search(" ".join(query), limit, mode=mode,
-                           path=None if path is None else corpus.index_path_of(path),
-                           globs=glob, within=Path.cwd() if here else None)
-    for warning in result.warnings:
-        _err(f"warning: {warning}")
-    if as_json:
-        _print_json(result.to_dict())
-    else:
-        for h in result.hits:
-            _out(f"{_shown(h.path)}  [{h.score:.2f}]  {h.title}")
-            if h.snippet:
-                page = f"p{h.page}: " if h.page is not None else ""  # where in the PDF
-                _out(f"    {page}{_highlight(h.snippet)}")
-        if not result.hits:
-            _err("no matches")
-    raise typer.Exit(0 if result.hits else 1)
+    raise typer.Exit(reading.search(State.config_override, query, limit, mode, path, glob,
+                                    here, as_json))
 
 
 @app.command("files")
@@ -407,13 +346,7 @@ def get(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a file's extracted text, or a byte range of it."""
-    corpus = _corpus()
-    got = corpus.get(corpus.index_path_of(path), offset, length)
-    if as_json:
-        _print_json(got.to_dict())
-    else:
-        newline = got.content and not got.content.endswith("\n") and sys.stdout.isatty()
-        _out(got.content, end="\n" if newline else "")
+    raise typer.Exit(reading.get(State.config_override, path, offset, length, as_json))
 
 
 def _case_flag(case: str) -> Any:
@@ -424,37 +357,6 @@ def _case_flag(case: str) -> Any:
             ctx.meta["loom_case"] = case
         return value
     return record
-
-
-def _color(when: str) -> bool:
-    if when == "always":
-        return True
-    if when == "never":
-        return False
-    return (sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-            and os.environ.get("TERM") != "dumb")
-
-
-class _Lines:
-    """stdout for many lines: buffered (a line per write call costs a system call each),
-    flushed at the end and on a terminal as it goes; a closed pipe stops the command."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stdout.isatty()
-
-    def __call__(self, line: str) -> None:
-        try:
-            sys.stdout.write(line + "\n")
-            if self.tty:
-                sys.stdout.flush()
-        except BrokenPipeError:
-            raise _StdoutClosed from None
-
-    def flush(self) -> None:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            raise _StdoutClosed from None
 
 
 @app.command()
@@ -522,56 +424,15 @@ def grep(
 ) -> None:
     """Find exact strings and patterns (RE2), ripgrep's flags: path, line, byte offset of
     the match, page."""
-    from loomcli.grep_printer import Printer
-
-    if color not in ("auto", "always", "never"):
+    if color not in reading.COLORS:
         raise typer.BadParameter(f"{color!r} is not one of auto, always, never",
                                  param_hint="'--color'")
-    shapes = [flag for flag, on in (("-l", files_with_matches), ("-c", count),
-                                    ("-o", only_matching)) if on]
-    if len(shapes) > 1 or (shapes and as_json):
-        both = " and ".join(shapes + (["--json"] if as_json else []))
-        raise LoomError(f"{both} cannot be used together", "choose one")
-    mode = ("files" if files_with_matches else "count" if count
-            else "only" if only_matching else "lines")
-    painted = _color(color)
-    if mode != "lines":
-        before = after = context = None  # ripgrep prints no context with -l, -c, -o
-    corpus = _corpus()
-    lines = corpus.grep_lines(
-        pattern, path=None if path is None else corpus.index_path_of(path), globs=glob,
-        context=context, case=ctx.meta.get("loom_case"),
-        fixed=fixed, word=word, before=before, after=after,
-        max_count=1 if files_with_matches else max_count,
-        every=only_matching or (painted and mode == "lines"),
-        within=Path.cwd() if here else None)
-    found = 0
-    if as_json:
-        matches, truncated = [], False
-        for m in lines:
-            if found == limit:
-                truncated = True
-                break
-            matches.append(m.to_dict())
-            found += 1
-        _print_json({"matches": matches, "truncated": truncated})
-        raise typer.Exit(0 if found else 1)
-    write = _Lines()
-    printer = Printer(write, mode=mode, color=painted,
-                      heading=sys.stdout.isatty() if heading is None else heading,
-                      context=bool(before or after or context), shown=_shown)
-    truncated = False
-    for m in lines:
-        if found == limit:
-            truncated = True
-            break
-        printer.add(m)
-        found += 1
-    printer.finish()
-    write.flush()
-    if truncated:
-        _err(f"stopped after {found} matching lines (--limit {limit})")
-    raise typer.Exit(0 if found else 1)
+    raise typer.Exit(reading.grep(
+        State.config_override, pattern, path=path, glob=glob, case=ctx.meta.get("loom_case"),
+        fixed=fixed, word=word, files_with_matches=files_with_matches, count=count,
+        only_matching=only_matching, after=after, before=before, context=context,
+        max_count=max_count, color_when=color, heading=heading, limit=limit, here=here,
+        as_json=as_json))
 
 
 AgentOpt = Annotated[bool | None, typer.Option(
@@ -862,30 +723,8 @@ def main() -> NoReturn:
         code = exc.exit_code
     except typer.Abort:
         code = Exit.INTERRUPTED
-    except LoomError as exc:
-        if os.environ.get("LOOM_DEBUG"):
-            import traceback
-
-            traceback.print_exc()
-        _err(str(exc))
-        code = exc.exit_code
-    except KeyboardInterrupt:
-        code = Exit.INTERRUPTED
-    except _StdoutClosed:
-        # `loom files | head -1`: the reader has what it wanted. Like grep: silent, 0.
-        # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = Exit.OK
-    except Exception as exc:  # a bug or the system: one line, not a traceback
-        if os.environ.get("LOOM_DEBUG"):
-            raise
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            _err(f"no space left on the device ({exc.filename or 'writing'}) — free some "
-                 "space and run the command again")
-            sys.exit(int(Exit.ERROR))
-        _err(f"internal error: {type(exc).__name__}: {exc} — rerun with LOOM_DEBUG=1 for "
-             "the traceback and report it")
-        code = Exit.ERROR
+    except (Exception, KeyboardInterrupt) as exc:  # LoomError, a closed stdout, a bug
+        code = console.failure(exc)
     sys.exit(int(code) if isinstance(code, int) else 0)
 
 

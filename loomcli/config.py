@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +169,8 @@ class Config:
                 raise ConfigError(f"{self.path}: {parts[0]!r} is not a table",
                                   f"make it a [{parts[0]}] table, or remove that line")
         node[parts[-1]] = value
+        import tomllib
+
         raw = tomllib.loads(tomlkit.dumps(doc))
         _validate(self.path, raw)  # never write a file the next command would refuse
         self._write(doc)
@@ -268,6 +269,8 @@ def load(override: str | os.PathLike[str] | None = None) -> Config:
         return Config(path=path)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+    import tomllib  # here, not at the top: without a config file no command needs it
+
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -314,6 +317,8 @@ def _unwrap(item: Any) -> Any:
 
 def parse_value(text: str) -> Any:
     """A command-line value as TOML (5, true, ["a"]); anything else is a string."""
+    import tomllib
+
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:

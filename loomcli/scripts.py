@@ -12,26 +12,66 @@ same function makes the indexed pairs and the query's, so the two always agree.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from typing import Any
 
 # Han (with extensions and compatibility forms), kana (half-width too), Hangul, Thai,
 # Lao, Khmer and Myanmar.
 RANGES = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
            "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\u0e00-\u0eff"
            "\u1000-\u109f\u1780-\u17ff\U00020000-\U0002fa1f")
-RUN = re.compile(f"[{RANGES}]+")
-CHAR = re.compile(f"[{RANGES}]")
+FIRST = "\u0e00"  # the lowest character of RANGES
 PAIRS_MAX_CHARS = 4 << 20  # a text's first this many characters of such runs get pairs
 
 
+class Lazy:
+    """A regular expression compiled at its first use. Compiling a class of these ranges
+    takes Python's `re` 1-2 ms (it marks each of their 40,000 characters), a cost a cold
+    `loom search` or `grep` of text without such characters need not pay."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern, self.flags = pattern, flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:  # search, sub, finditer, findall, match
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self.flags)
+        return getattr(self._compiled, name)
+
+
+RUN = Lazy(f"[{RANGES}]+")
+CHAR = Lazy(f"[{RANGES}]")
+
+
+# RANGES as (first, last) code points, for telling a character without a pattern.
+_SPANS = sorted((ord(RANGES[i]), ord(RANGES[i + 2])) for i in range(0, len(RANGES), 3))
+_STARTS = [first for first, _ in _SPANS]
+
+
+def outside(text: str) -> bool:
+    """Whether `text` holds none of these characters, told without compiling a pattern:
+    ASCII at once, other text by its distinct characters (for short texts: a query, a
+    snippet's window). Typography (dashes, bullets, ligatures) is not in the ranges."""
+    if text.isascii():
+        return True
+    for char in set(text):
+        if char >= FIRST:
+            code = ord(char)
+            i = bisect_right(_STARTS, code) - 1
+            if i >= 0 and code <= _SPANS[i][1]:
+                return False
+    return True
+
+
 def has_runs(text: str) -> bool:
-    return not text.isascii() and RUN.search(text) is not None
+    return not outside(text)
 
 
 # The combining marks (category Mn) inside RANGES: Thai, Lao, Myanmar and Khmer vowel and
 # tone marks, and kana's voicing marks (tests/test_scripts.py checks the list against
 # unicodedata). One regex instead of a category lookup per character: the kernel docs'
 # translations (81,000 runs) 1.0 -> 0.1 s.
-MARKS = re.compile("[\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd"
+MARKS = Lazy("[\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd"
                    "\u102d-\u1030\u1032-\u1037\u1039-\u103a\u103d-\u103e\u1058-\u1059"
                    "\u105e-\u1060\u1071-\u1074\u1082\u1085-\u1086\u108d\u109d"
                    "\u17b4-\u17b5\u17b7-\u17bd\u17c6\u17c9-\u17d3\u17dd\u3099-\u309a]")
@@ -70,7 +110,7 @@ def bigram_text(text: str) -> str | None:
 
 def runs(text: str) -> list[str]:
     """The runs of such characters in `text`, as typed."""
-    return RUN.findall(text)
+    return [] if outside(text) else RUN.findall(text)
 
 
 def split_word(word: str) -> tuple[str, list[str]]:

@@ -30,6 +30,12 @@ missing = [n for n in ("index.html", "app.js", "app.css", "icon.svg")
            if web is None or not (web / n).is_file()]
 if missing:
     sys.exit(f"the wheel lacks the web page's files: {', '.join(missing)}")
+# A cold `loom grep` imports these: without their bytecode each start compiles them again
+# (pipx's pip compiles at install, even with PYTHONDONTWRITEBYTECODE set).
+package = next(venv.glob("lib/python*/site-packages/loomcli"))
+for name in ("fastpath", "reading", "console", "operations", "store", "grep"):
+    if not list((package / "__pycache__").glob(f"{name}.*.pyc")):
+        sys.exit(f"pipx installed loomcli/{name}.py without its bytecode")
 PYEOF
 export LOOM_HOME="$work/home"
 mkdir -p "$work/notes"

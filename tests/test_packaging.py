@@ -33,7 +33,7 @@ def test_distribution_is_loom_index_with_the_loom_command():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "loom-index"
-    assert project["scripts"] == {"loom": "loomcli.cli:main"}
+    assert project["scripts"] == {"loom": "loomcli.fastpath:main"}  # typer only when needed
     assert any(d.startswith("pypdfium2") for d in project["dependencies"])  # fast by default
 
 

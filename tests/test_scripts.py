@@ -5,6 +5,7 @@ messages, fixtures/scripts), through real `loom` subprocesses and a real index."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loomcli import scripts
 from loomcli.store import SNIPPET_END, SNIPPET_START, quote_fts, snippet_of
@@ -60,6 +63,17 @@ def test_the_marks_dropped_are_exactly_the_combining_marks_of_the_scripts():
     assert marks and {c for c in inside if scripts.MARKS.match(c)} == marks
     assert scripts.pairs("か\u3099き") == ["かき"]  # kana's combining voicing mark
     assert scripts.bigram_text("Ünïcödé — but no run") is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.characters(max_codepoint=0x2FFFF), max_size=20)
+       | st.sampled_from(["\u0dff\u0e00", "\u0eff\u0f00", "\U0002fa1f", "\U0002fa20", "\ufb01"]))
+def test_text_is_told_outside_the_ranges_without_a_pattern(text):
+    # scripts.outside() spares a cold search compiling the ranges' patterns.
+    found = re.search(f"[{scripts.RANGES}]", text) is not None
+    assert scripts.outside(text) == (not found)
+    assert scripts.has_runs(text) == found
+    assert scripts.runs(text) == re.findall(f"[{scripts.RANGES}]+", text)
 
 
 def test_a_query_run_is_the_phrase_of_its_pairs():

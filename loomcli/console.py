@@ -1,0 +1,137 @@
+"""What the `loom` command writes, and how a failure becomes its one line and exit code.
+
+Typer-free on purpose: the read commands (reading.py) run through here without typer
+when fastpath.py parses their command line, and through cli.py's typer app otherwise;
+both print with these helpers and end through `failure`, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loomcli.operations import Corpus
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away (`loom files | head -1`)."""
+
+
+def out(text: str, end: str = "\n") -> None:
+    """Data to stdout. A closed pipe stops the command quietly, as it stops grep."""
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise StdoutClosed from None
+
+
+def err(message: str) -> None:
+    sys.stderr.write(f"loom: {message}\n")
+
+
+def print_json(data: Any) -> None:
+    import json
+
+    out(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f"\\]')
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def shown(path: str) -> str:
+    """A path as a terminal or a line-based reader can trust: a name holding a newline,
+    an escape sequence or another control character is quoted C-style, as git quotes
+    paths ("a\\nb.md", "\\x1b[31m.md"). Plain names print as they are; --json is exact."""
+    if not _UNSAFE.search(path):
+        return path
+    return '"' + _UNSAFE.sub(lambda m: _ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}"), path) + '"'
+
+
+def highlight(snippet: str) -> str:
+    from loomcli.store import SNIPPET_END, SNIPPET_START, plain_snippet
+
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        return snippet.replace(SNIPPET_START, "\x1b[1m").replace(SNIPPET_END, "\x1b[0m")
+    return plain_snippet(snippet)
+
+
+def color(when: str) -> bool:
+    if when == "always":
+        return True
+    if when == "never":
+        return False
+    return (sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+            and os.environ.get("TERM") != "dumb")
+
+
+class Lines:
+    """stdout for many lines: buffered (a line per write call costs a system call each),
+    flushed at the end and on a terminal as it goes; a closed pipe stops the command."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+
+    def __call__(self, line: str) -> None:
+        try:
+            sys.stdout.write(line + "\n")
+            if self.tty:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            raise StdoutClosed from None
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise StdoutClosed from None
+
+
+def corpus(config_override: str | None) -> Corpus:
+    """The configured corpus; the config's warnings (unknown keys) go to stderr once."""
+    from loomcli import config
+    from loomcli.operations import Corpus
+
+    cfg = config.load(config_override)
+    for warning in cfg.warnings:
+        err(f"warning: {warning}")
+    return Corpus(cfg)
+
+
+def failure(exc: BaseException) -> int:
+    """The exit code for an exception that ended a command, after its one `loom: …` line
+    (none for Ctrl-C and a closed stdout). Called inside the `except` that caught it:
+    with LOOM_DEBUG=1 a bug is re-raised with its traceback."""
+    from loomcli.errors import Exit, LoomError
+
+    if isinstance(exc, LoomError):
+        if os.environ.get("LOOM_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        err(str(exc))
+        return int(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(Exit.INTERRUPTED)
+    if isinstance(exc, StdoutClosed):
+        # `loom files | head -1`: the reader has what it wanted. Like grep: silent, 0.
+        # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(Exit.OK)
+    if not isinstance(exc, Exception):
+        raise exc
+    if os.environ.get("LOOM_DEBUG"):
+        raise exc
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        err(f"no space left on the device ({exc.filename or 'writing'}) — free some "
+            "space and run the command again")
+        return int(Exit.ERROR)
+    err(f"internal error: {type(exc).__name__}: {exc} — rerun with LOOM_DEBUG=1 for "
+        "the traceback and report it")
+    return int(Exit.ERROR)

@@ -1,0 +1,249 @@
+"""`loom search`, `grep` and `get` start without typer (fastpath.py); every command line
+prints the same and exits the same as when typer parses it (cli.main).
+
+Each command line runs twice as a real process: `python -m loomcli` (the fast path, the
+console entry) and `cli.main` (typer always); stdout, stderr and the exit code must be
+equal. The fast path must also have been taken where it should (parse() gave a call)
+and refused what it must leave to typer (help, completion, malformed options).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loomcli import fastpath
+from tests.conftest import FIXTURES
+
+FAST = [sys.executable, "-m", "loomcli"]
+TYPER = [sys.executable, "-c", "from loomcli.cli import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """fixtures/notes indexed once for the module, a config file with an unknown key
+    (its warning line must be the same both ways), and an empty home."""
+    base = tmp_path_factory.mktemp("fastpath")
+    notes = base / "notes"
+    shutil.copytree(FIXTURES / "notes", notes)
+    home = base / "home"
+    env = {**os.environ, "LOOM_HOME": str(home)}
+    subprocess.run([*FAST, "scan", str(notes)], env=env, check=True, capture_output=True)
+    config = base / "config.toml"
+    config.write_text(f'db_path = "{home / "index.db"}"\nmodle = "x"\n', encoding="utf-8")
+    return {"notes": notes, "home": home, "config": config, "empty": base / "empty-home"}
+
+
+def run(cmd: list[str], args: list[str], corpus: dict[str, Path], cwd: Path | None = None,
+        home: Path | None = None, env: dict[str, str] | None = None) -> tuple[str, str, int]:
+    env = {**{k: v for k, v in os.environ.items()
+              if k not in ("LOOM_CONFIG", "LOOM_DEBUG", "NO_COLOR", "_LOOM_COMPLETE")},
+           **(env or {})}
+    env["LOOM_HOME"] = str(home or corpus["home"])
+    env["COLUMNS"] = "100"  # typer's help is laid out for the terminal's width
+    proc = subprocess.run([*cmd, *args], env=env, cwd=cwd or corpus["notes"],
+                          capture_output=True, text=True, errors="surrogateescape")
+    return proc.stdout, proc.stderr, proc.returncode
+
+
+def same(args: list[str], corpus: dict[str, Path], **kw: Any) -> tuple[str, str, int]:
+    fast = run(FAST, args, corpus, **kw)
+    typer = run(TYPER, args, corpus, **kw)
+    assert fast == typer, f"loom {args!r}: fast path {fast!r} != typer {typer!r}"
+    return fast
+
+
+def understood(args: list[str]) -> bool:
+    return fastpath.parse(list(args)) is not None
+
+
+# Every option of the three commands, in click's spellings, and the library's errors.
+FAST_LINES = [
+    ["grep", "warp"],
+    ["grep", "-i", "WARP"], ["grep", "--ignore-case", "WARP"],
+    ["grep", "-s", "Warp"], ["grep", "--case-sensitive", "warp"],
+    ["grep", "-S", "Warp"], ["grep", "--smart-case", "warp"],
+    ["grep", "-s", "-i", "WARP"], ["grep", "-i", "-s", "WARP"],
+    ["grep", "-i", "-s", "-i", "WARP"],  # click: the first -i's position counts, -s wins
+    ["grep", "-s", "-i", "-s", "WARP"], ["grep", "-si", "WARP"], ["grep", "-is", "WARP"],
+    ["grep", "-F", "FT-2026-0[0-9]"], ["grep", "--fixed-strings", "(E-4471"],
+    ["grep", "-w", "warp"], ["grep", "--word-regexp", "war"],
+    ["grep", "-l", "warp"], ["grep", "--files-with-matches", "warp"],
+    ["grep", "-c", "warp"], ["grep", "--count", "-i", "warp"],
+    ["grep", "-o", "w[a-z]+"], ["grep", "--only-matching", "tension"],
+    ["grep", "-A", "1", "tension"], ["grep", "-A1", "tension"],
+    ["grep", "--after-context", "2", "tension"], ["grep", "--after-context=2", "tension"],
+    ["grep", "-B", "1", "tension"], ["grep", "--before-context", "1", "tension"],
+    ["grep", "-C", "1", "tension"], ["grep", "-C2", "tension"], ["grep", "--context=1", "warp"],
+    ["grep", "-m", "1", "warp"], ["grep", "--max-count", "1", "-i", "the"],
+    ["grep", "-m", "0", "warp"],
+    ["grep", "--color", "always", "warp"], ["grep", "--color=always", "-o", "warp"],
+    ["grep", "--color", "never", "warp"], ["grep", "--color", "auto", "warp"],
+    ["grep", "--heading", "warp"], ["grep", "--no-heading", "warp"],
+    ["grep", "--heading", "--no-heading", "warp"], ["grep", "--no-heading", "--heading", "warp"],
+    ["grep", "-n", "warp"], ["grep", "--line-number", "warp"],
+    ["grep", "--limit", "1", "warp"], ["grep", "--limit=2", "-i", "the"],
+    ["grep", "--here", "warp"],
+    ["grep", "--json", "warp"], ["grep", "--json", "-C", "1", "--limit", "1", "warp"],
+    ["grep", "-g", "*.md", "warp"], ["grep", "-g", "!*.pdf", "-g", "*.md", "warp"],
+    ["grep", "--glob", "*.rst", "watchdog"], ["grep", "--glob=manuals/**", "warp"],
+    ["grep", "-g*.md", "warp"], ["grep", "-ig", "*.md", "WARP"],
+    ["grep", "--path", "welcome.md", "warp"], ["grep", "--path=manuals", "warp"],
+    ["grep", "--path", "nope.md", "warp"],
+    ["grep", "warp", "-i"], ["grep", "-i", "warp", "-c"],  # options after the pattern
+    ["grep", "--", "-x"], ["grep", "-i", "--", "--json"], ["grep", "-", "-c"],
+    ["grep", "-iwC1", "warp"], ["grep", "-ic", "warp"],
+    ["grep", "-l", "-c", "warp"], ["grep", "-c", "--json", "warp"],  # loom's own errors
+    ["grep", "[unclosed"], ["grep", ""], ["grep", " "], ["grep", "nothing-matches-this"],
+    ["grep", "--path", "-i", "warp"],  # click takes the word after --path as its value
+    ["--config", "CONFIG", "grep", "warp"], ["--config=CONFIG", "grep", "-c", "warp"],
+    ["--config", "MISSING", "grep", "warp"],
+    ["--config", "CONFIG", "--config", "MISSING", "grep", "warp"],
+    ["search", "warp", "tension"], ["search", "warp tension"], ["search", '"warp tension"'],
+    ["search", "--limit", "1", "warp"], ["search", "--limit=1", "warp"],
+    ["search", "--limit", "0", "warp"], ["search", "--limit", "501", "warp"],
+    ["search", "--json", "warp"], ["search", "warp", "--json", "--limit", "2"],
+    ["search", "--mode", "bm25", "warp"], ["search", "--mode", "semantic", "warp"],
+    ["search", "--mode=nonsense", "warp"], ["search", "-g", "*.pdf", "warp"],
+    ["search", "--glob", "!*.pdf", "warp"], ["search", "--path", "manuals", "warp"],
+    ["search", "--path", "welcome.md", "warp"], ["search", "--here", "warp"],
+    ["search", "zzyzx-nothing"], ["search", ""], ["search", "--", "-warp"],
+    ["search", "warp", "--mode", "bm25", "--mode", "auto"],
+    ["--config", "CONFIG", "search", "warp"],
+    ["get", "welcome.md"], ["get", "welcome.md", "--offset", "10", "--length", "20"],
+    ["get", "--offset=5", "--length=3", "welcome.md"], ["get", "--json", "welcome.md"],
+    ["get", "manuals/field-guide.pdf", "--length", "100"], ["get", "nope.md"],
+    ["get", "welcome.md", "--offset", "100000"], ["get", "./welcome.md", "--length", "5"],
+    ["get", "--", "welcome.md"], ["--config", "CONFIG", "get", "welcome.md", "--length", "9"],
+]
+
+# What the fast path leaves to typer: help, other commands, anything malformed.
+TYPER_LINES = [
+    [], ["--help"], ["-h"], ["--version"], ["files"], ["status"], ["grep"], ["search"],
+    ["get"], ["grep", "--help"], ["grep", "-h"], ["grep", "warp", "-h"], ["grep", "-ih", "x"],
+    ["search", "--help"], ["get", "--help"], ["grep", "x", "y"], ["get", "a", "b"],
+    ["grep", "--bogus", "x"], ["grep", "-e", "x"], ["grep", "--lim", "1", "x"],
+    ["grep", "--limit", "0", "x"], ["grep", "--limit", "-1", "x"], ["grep", "--limit", "x", "y"],
+    ["grep", "--limit"], ["grep", "-C"], ["grep", "-C=1", "x"], ["grep", "-A", "+1", "x"],
+    ["grep", "--json=1", "x"], ["grep", "--no-heading=1", "x"], ["grep", "--color", "bogus", "x"],
+    ["grep", "--color=", "x"], ["search", "--limit", " 1", "x"], ["search", "--limit", "1_0", "x"],
+    ["search", "--bogus", "x"], ["get", "--offset", "-1", "x"], ["get", "--length", "1e3", "x"],
+    ["--config"], ["--config", "CONFIG"], ["--bogus", "grep", "x"], ["--", "grep", "x"],
+    ["-h", "grep", "x"], ["grep", "--install-completion", "x"], ["grp", "x"],
+    ["--config", "CONFIG", "--version"], ["--config", "CONFIG", "files"],
+]
+
+
+def _with_paths(args: list[str], corpus: dict[str, Path]) -> list[str]:
+    names = {"CONFIG": str(corpus["config"]), "MISSING": str(corpus["config"]) + ".missing"}
+    return [names.get(a, a) for a in args]
+
+
+@pytest.mark.parametrize("args", FAST_LINES, ids=" ".join)
+def test_fast_path_prints_what_typer_prints(args: list[str], corpus: dict[str, Path]) -> None:
+    args = _with_paths(args, corpus)
+    assert understood(args), f"the fast path should run loom {args!r}"
+    same(args, corpus)
+
+
+@pytest.mark.parametrize("args", TYPER_LINES, ids=lambda a: " ".join(a) or "(none)")
+def test_what_the_fast_path_leaves_to_typer(args: list[str], corpus: dict[str, Path]) -> None:
+    args = _with_paths(args, corpus)
+    assert not understood(args), f"typer should run loom {args!r}"
+    same(args, corpus)
+
+
+def test_the_read_commands_answer_without_importing_typer(corpus: dict[str, Path]) -> None:
+    for args in (["grep", "warp"], ["search", "warp"], ["get", "welcome.md"]):
+        out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"], args,
+                             corpus)
+        assert code == 0, err
+        modules = {line.split("|")[-1].strip() for line in err.splitlines()
+                   if line.startswith("import time:")}
+        assert "loomcli.reading" in modules
+        assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}
+    out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
+                         ["grep", "--help"], corpus)
+    assert code == 0 and "typer" in err  # help is typer's
+
+
+def test_paths_on_disk_and_here_from_inside_a_folder(corpus: dict[str, Path]) -> None:
+    manuals = corpus["notes"] / "manuals"
+    for args in (["grep", "--here", "-c", "warp"], ["search", "--here", "warp"],
+                 ["get", "field-guide.pdf", "--length", "40"],
+                 ["grep", "--path", str(manuals / "field-guide.pdf"), "warp"],
+                 ["search", "--path", "../welcome.md", "warp"]):
+        assert understood(args)
+        same(args, corpus, cwd=manuals)
+
+
+def test_no_index_yet(corpus: dict[str, Path]) -> None:
+    for args in (["grep", "warp"], ["search", "warp"], ["get", "welcome.md"]):
+        out, err, code = same(args, corpus, home=corpus["empty"])
+        assert (out, code) == ("", 2) and err.startswith("loom: no index")
+
+
+def test_completion_is_typer_s(corpus: dict[str, Path]) -> None:
+    completing = {"_LOOM_COMPLETE": "complete_bash", "COMP_WORDS": "loom gr", "COMP_CWORD": "1"}
+    out, err, code = same(["grep", "warp"], corpus, env=completing)
+    assert "grep" in out and code == 0
+
+
+# -- any mix of the options, well-formed or not ----------------------------------------
+
+GREP_WORDS = ["-i", "-s", "-S", "-F", "-w", "-l", "-c", "-o", "-n", "--json", "--here",
+              "--heading", "--no-heading", "--ignore-case", "--case-sensitive",
+              "--smart-case", "-iw", "-sc", "-Fo", "-h", "--help", "-x", "--bogus", "--"]
+GREP_VALUED = ["-A", "-B", "-C", "-m", "--limit", "--color", "-g", "--glob", "--path",
+               "--after-context", "--max-count"]
+SEARCH_WORDS = ["--json", "--here", "--", "-h", "--bogus", "-i"]
+SEARCH_VALUED = ["--limit", "--mode", "-g", "--glob", "--path"]
+GET_WORDS = ["--json", "--", "-h", "-c"]
+GET_VALUED = ["--offset", "--length"]
+VALUES = ["0", "1", "2", "12", "-1", "x", "", "auto", "always", "never", "bm25", "*.md",
+          "!*.pdf", "manuals", "welcome.md", "1_0", "=1"]
+ARGUMENTS = ["warp", "WARP", "tension", "-", "[a", "the", "w.rp", "welcome.md",
+             "manuals/field-guide.pdf", "nope"]
+
+COMMANDS = {"grep": (GREP_WORDS, GREP_VALUED), "search": (SEARCH_WORDS, SEARCH_VALUED),
+            "get": (GET_WORDS, GET_VALUED)}
+
+
+@st.composite
+def command_lines(draw: st.DrawFn) -> list[str]:
+    command = draw(st.sampled_from(sorted(COMMANDS)))
+    words, valued = COMMANDS[command]
+    pieces: list[list[str]] = [[draw(st.sampled_from(ARGUMENTS))]
+                               for _ in range(draw(st.integers(0, 2)))]
+    for _ in range(draw(st.integers(0, 4))):
+        if draw(st.booleans()):
+            pieces.append([draw(st.sampled_from(words))])
+        else:
+            name, value = draw(st.sampled_from(valued)), draw(st.sampled_from(VALUES))
+            spelling = draw(st.sampled_from(["apart", "joined", "missing"]))
+            if spelling == "apart":
+                pieces.append([name, value])
+            elif spelling == "missing":
+                pieces.append([name])
+            else:
+                pieces.append([f"{name}={value}" if name.startswith("--") else name + value])
+    order = draw(st.permutations(range(len(pieces))))
+    config = draw(st.sampled_from([[], ["--config", "CONFIG"], ["--config=MISSING"]]))
+    return [*config, command, *[w for i in order for w in pieces[i]]]
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=command_lines())
+def test_any_command_line_prints_the_same_both_ways(args: list[str],
+                                                    corpus: dict[str, Path]) -> None:
+    same(_with_paths(args, corpus), corpus)
