@@ -247,3 +247,32 @@ def command_lines(draw: st.DrawFn) -> list[str]:
 def test_any_command_line_prints_the_same_both_ways(args: list[str],
                                                     corpus: dict[str, Path]) -> None:
     same(_with_paths(args, corpus), corpus)
+
+
+@pytest.mark.parametrize("name,options,defaults", [
+    ("grep", fastpath._GREP_OPTIONS, fastpath._GREP_DEFAULTS),
+    ("search", fastpath._SEARCH_OPTIONS, fastpath._SEARCH_DEFAULTS),
+    ("get", fastpath._GET_OPTIONS, fastpath._GET_DEFAULTS),
+])
+def test_the_fast_path_knows_exactly_typer_s_options_and_defaults(name, options, defaults):
+    """An option added to cli.py, or a default changed there, without the fast path's
+    tables following fails here (an unknown option would only fall back to typer; a
+    changed default would silently differ)."""
+    import typer
+    from typer.core import TyperOption
+
+    from loomcli.cli import app
+
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    typer_names = set()
+    for param in command.params:
+        if not isinstance(param, TyperOption) or "--help" in param.opts:
+            continue
+        names = [*param.opts, *param.secondary_opts]
+        typer_names.update(names)
+        dests = {options[n][0] for n in names if n in options}
+        assert len(dests) == 1, f"{name} {names}: the fast path has {dests}"
+        dest = dests.pop()
+        if options[names[0]][1] != "off":
+            assert defaults[dest] == param.default, f"{name} {names}: default differs"
+    assert set(options) == typer_names
