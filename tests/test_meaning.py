@@ -505,3 +505,19 @@ def test_values_that_are_not_numbers_fail_softly_everywhere(notes, loom_home):
             assert watch.stop() == 0
         # two.md's scan ended before three.md was written (three.md's may be stopped).
         assert "two.md" in loom("files").stdout
+
+
+@pytest.mark.plain
+def test_a_loom_process_uses_one_blas_thread_unless_told_otherwise(loom_home):
+    code = ("import os, runpy, sys; sys.argv = ['loom', '--version']\n"
+            "try:\n    runpy.run_module('loomcli', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",
+                                                             "MKL_NUM_THREADS")}
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True)
+    assert got.stdout.splitlines()[-1] == "1 1"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "OPENBLAS_NUM_THREADS": "4"}, check=True)
+    assert got.stdout.splitlines()[-1] == "4 1"
