@@ -163,3 +163,25 @@ def test_search_filters_by_glob_and_path_as_grep(home, mode):
     assert one == ["recipes/bread.md"]
     missing = loom("search", "the", "--path", "nowhere/at-all.md", check=None)
     assert missing.returncode == 2 and "not in the index" in missing.stderr
+
+
+@pytest.mark.parametrize("dim", [384, 512, 768, 3072])
+def test_similarities_in_integers_match_floats_and_never_overflow(dim):
+    import numpy as np
+
+    from loomcli.semantic import _similarities
+
+    rng = np.random.default_rng(dim)
+    vecs = rng.integers(-127, 128, size=(20000, dim), dtype=np.int8)
+    vecs[0] = 127  # the largest sum there can be: every product at its maximum
+    vecs[1] = -127
+    scales = rng.uniform(0.001, 0.01, size=20000).astype(np.float32)
+    query = rng.standard_normal(dim).astype(np.float32)
+    query[:] = np.abs(query)
+    query /= np.linalg.norm(query)
+    exact = (vecs.astype(np.float64) @ query.astype(np.float64)) * scales
+    got = _similarities(vecs, scales, query)
+    assert got.dtype == np.float32 and got.shape == (20000,)
+    assert np.abs(got - exact).max() < 1e-4 * np.abs(exact).max()
+    assert got[0] > 0 > got[1]
+    assert not _similarities(vecs[:3], scales[:3], np.zeros(dim, np.float32)).any()

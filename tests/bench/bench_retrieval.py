@@ -156,6 +156,13 @@ def cost(texts):
               f"{len(texts) / (time.process_time() - c):.1f} per CPU second")
 
 
+def root_paths(store):
+    """Each file's path as the questions name it: its root's name, then its path inside
+    (display paths leave the first root's name out)."""
+    return dict(store.conn.execute("SELECT f.id, r.name || '/' || f.relpath FROM files f "
+                                   "JOIN roots r ON r.id = f.root_id"))
+
+
 def rank_of(paths, targets):
     for i, p in enumerate(paths[:10], 1):
         if p in targets:
@@ -199,9 +206,10 @@ def main() -> None:
     raw = Store.open(corpus.index_path)
     store = Cached(raw)
     embedder = corpus._embedder()
-    index = semantic.vector_index(raw, embedder.identity)
+    dims = raw.vector_dims(embedder.identity)
+    index = semantic.vector_index(raw, embedder.identity, max(dims, key=lambda d: dims[d]))
     files = [fid for fid, _ in raw.paths()]
-    paths = {fid: p for fid, (p, _, _) in raw.hits_for(files).items()}
+    paths = root_paths(raw)
     sets = {name: tomllib.loads(path.read_text())["q"] for name, path in SETS.items()}
     among = None
     if args.pool is not None:
@@ -215,8 +223,7 @@ def main() -> None:
         from loomcli.embeddings.build import embed_pending
 
         raw2 = Store.open(args.minilm / "index.db")
-        paths2 = {fid: p for fid, (p, _, _) in raw2.hits_for(
-            [fid for fid, _ in raw2.paths()]).items()}
+        paths2 = root_paths(raw2)
         among2 = None if among is None else [f for f, p in paths2.items() if p in chosen]
         if args.embed_pool:
             report = embed_pending(PoolStore(raw2, among2 or paths2), builtin("minilm"))
