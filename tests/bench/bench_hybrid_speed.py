@@ -42,19 +42,21 @@ def passages(work: Path) -> int:
         return int(conn.execute("SELECT sum(length(scales)) / 4 FROM vectors").fetchone()[0])
 
 
-def cold(configs: dict[str, tuple[Path, str]], rounds: int = 6, runs: int = 3) -> None:
-    """configs: name -> (folder holding meaning.toml, search mode)."""
+def cold(configs: dict[str, tuple[Path, str, dict[str, str]]], rounds: int = 6,
+         runs: int = 3) -> None:
+    """configs: name -> (folder holding meaning.toml, search mode, more environment)."""
     out = Path(tempfile.mkdtemp()) / "cold.json"
     wall: dict[str, list[float]] = {name: [] for name in configs}
     cpu: dict[str, list[float]] = {name: [] for name in configs}
     for r in range(rounds):
         for name in (list(configs) if r % 2 == 0 else list(reversed(configs))):
-            work, mode = configs[name]
-            env = {**os.environ, "LOOM_CONFIG": str(work / "meaning.toml")}
-            cmd = f"{sys.executable} -m loomcli search --mode {mode} '{QUERIES[0]}'"
+            work, mode, more = configs[name]
+            env = {**os.environ, "LOOM_CONFIG": str(work / "meaning.toml"), **more}
+            flags = "-S " if "PYTHONPATH" in more else ""  # -S: not the editable install
+            cmd = f"{sys.executable} {flags}-m loomcli search --mode {mode} '{QUERIES[0]}'"
             subprocess.run(["hyperfine", "-N", "--warmup", "1", "--runs", str(runs),
                             "--export-json", str(out), cmd], env=env, check=True,
-                           capture_output=True)
+                           capture_output=True, cwd=out.parent)  # not this checkout: -m
             res = json.loads(out.read_text())["results"][0]
             wall[name] += res["times"]
             cpu[name].append(res["user"] + res["system"])
@@ -125,19 +127,32 @@ def main() -> None:
     ap.add_argument("--minilm", type=Path, help="an index with MiniLM's vectors")
     ap.add_argument("--times", type=int, help="also on the vectors stored N times over")
     ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--before", type=Path, help="a copy of an earlier loomcli's parent "
+                    "folder: its bm25 and hybrid searches are timed in the same rounds")
     args = ap.parse_args()
     sizes = [(args.work, args.minilm)]
     if args.times:
         sizes.append((repeated(args.work, args.times),
                       repeated(args.minilm, args.times) if args.minilm else None))
     for work, mini in sizes:
-        configs = {"bm25": (work, "bm25"), "hybrid": (work, "hybrid")}
+        now: dict[str, str] = {}
+        if args.before:  # both without site (-S), each loomcli by PYTHONPATH: the same start
+            import sysconfig
+
+            lib = sysconfig.get_path("purelib")
+            now = {"PYTHONPATH": f"{Path(__file__).resolve().parents[2]}{os.pathsep}{lib}"}
+            old = {"PYTHONPATH": f"{args.before}{os.pathsep}{lib}"}
+        configs = {"bm25": (work, "bm25", now), "hybrid": (work, "hybrid", now)}
+        if args.before:
+            configs["bm25, before"] = (work, "bm25", old)
+            configs["hybrid, before"] = (work, "hybrid", old)
         line = f"cold loom search, {passages(work):,} passages (USE)"
         if mini:
-            configs["hybrid, MiniLM"] = (mini, "hybrid")
+            configs["hybrid, MiniLM"] = (mini, "hybrid", now)
             line += f", {passages(mini):,} (MiniLM)"
         print(line + ":")
-        cold(configs)
+        cold(configs, args.rounds)
     if not args.no_warm:
         warm(args.work)
 
