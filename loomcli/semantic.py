@@ -66,6 +66,7 @@ class VectorIndex:
     def __init__(self, store: Store, model: str, size: int | None = None) -> None:
         import numpy as np
 
+        self.model = model
         # Each file's blobs joined once, then viewed as arrays: no per-file arrays to make
         # and concatenate (a cold search reads every row; 1,803 files: 2x faster).
         rows = [r for r in store.iter_vectors(model, size) if r[4]]

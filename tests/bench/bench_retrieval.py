@@ -214,7 +214,7 @@ def main() -> None:
     among = None
     if args.pool is not None:
         chosen = pool_paths(paths, sets, args.pool)
-        among = [fid for fid, p in paths.items() if p in chosen]
+        among = tuple(fid for fid, p in paths.items() if p in chosen)
         print(f"pool: {len(among)} files (targets and {args.pool} others); every recipe "
               "ranks these only")
     mini = None
@@ -224,7 +224,7 @@ def main() -> None:
 
         raw2 = Store.open(args.minilm / "index.db")
         paths2 = root_paths(raw2)
-        among2 = None if among is None else [f for f, p in paths2.items() if p in chosen]
+        among2 = None if among is None else tuple(f for f, p in paths2.items() if p in chosen)
         if args.embed_pool:
             report = embed_pending(PoolStore(raw2, among2 or paths2), builtin("minilm"))
             rate = report.passages / max(report.seconds, 1e-9)
