@@ -194,6 +194,8 @@ def main() -> None:
     ap.add_argument("--embed-pool", action="store_true")
     ap.add_argument("--cost", action="store_true")
     args = ap.parse_args()
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as in a loom process
+        os.environ.setdefault(name, "1")
     if args.build:
         build(args.work, args.build)
     os.environ["LOOM_CONFIG"] = str(args.work / "meaning.toml")
