@@ -208,8 +208,6 @@ def main() -> None:
     raw = Store.open(corpus.index_path)
     store = Cached(raw)
     embedder = corpus._embedder()
-    dims = raw.vector_dims(embedder.identity)
-    index = semantic.vector_index(raw, embedder.identity, max(dims, key=lambda d: dims[d]))
     files = [fid for fid, _ in raw.paths()]
     paths = root_paths(raw)
     sets = {name: tomllib.loads(path.read_text())["q"] for name, path in SETS.items()}
@@ -228,6 +226,9 @@ def main() -> None:
         paths2 = root_paths(raw2)
         among2 = None if among is None else tuple(f for f, p in paths2.items() if p in chosen)
         if args.embed_pool:
+            report = embed_pending(PoolStore(raw, among or paths), embedder)
+            rate = report.passages / max(report.seconds, 1e-9)
+            print(f"USE {report.summary()} = {rate:.1f} passages/s")
             report = embed_pending(PoolStore(raw2, among2 or paths2), builtin("minilm"))
             rate = report.passages / max(report.seconds, 1e-9)
             print(f"MiniLM {report.summary()} = {rate:.1f} passages/s")
@@ -235,6 +236,8 @@ def main() -> None:
         mini_index = semantic.vector_index(raw2, mini_embedder.identity, 384)
         mini = (Cached(raw2), mini_index, mini_embedder, paths2, among2)
         print(f"MiniLM: {len(mini_index):,} passages with vectors")
+    dims = raw.vector_dims(embedder.identity)
+    index = semantic.vector_index(raw, embedder.identity, max(dims, key=lambda d: dims[d]))
     vectors = {}
     t = time.perf_counter()
     for qs in sets.values():
