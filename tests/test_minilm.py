@@ -33,8 +33,12 @@ def test_query_and_scan_loads_give_the_same_vectors():
     assert np.allclose(np.linalg.norm(query, axis=1), 1.0, atol=1e-5)
     assert np.allclose((query * scan).sum(axis=1), 1.0, atol=1e-3)
     # Order inside a call does not change a text's vector (calls are sorted by length).
-    alone = minilm.MiniLM().embed([texts[0]])
-    assert float(alone[0] @ query[0]) > 0.9999
+    model = minilm.MiniLM()
+    alone = model.embed([texts[0]])
+    assert float(alone[0] @ query[0]) > 0.9999 and not model.optimised
+    # A second call (a server) optimises the graph, for the same vectors.
+    again = model.embed([texts[0]])
+    assert model.optimised and float(again[0] @ alone[0]) > 0.999
 
 
 @needs_minilm
