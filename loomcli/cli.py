@@ -705,6 +705,9 @@ def _invoked(argv: list[str]) -> typer.Typer:
 
 def main() -> NoReturn:
     """Run the app; every error becomes one `loom: …` line on stderr and an exit code."""
+    from loomcli.fastpath import one_blas_thread
+
+    one_blas_thread()  # also when called directly, not through fastpath.main
     try:
         from typer._click import exceptions as click_errors
     except ImportError:  # a typer that uses the click package itself

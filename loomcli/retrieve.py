@@ -58,6 +58,10 @@ CROSS_LANGUAGE_BM25 = 0.25  # BM25's weights when the question's language is not
 # evaluation questions' best passage is above 0.31 for 95 of 100 (docs/benchmarks.md).
 # The floor is FLOOR_BASE + FLOOR_PER_DECADE x log10(passages): 0.19 and 0.31 there.
 FLOOR_BASE, FLOOR_PER_DECADE = 0.145, 0.037
+# MiniLM's cosines run higher (nonsense reached 0.28 over fixtures/notes' 10 passages and
+# 0.38 over 8,000 of the evaluation corpus; "9f8e7d6c" 0.47 among hex dumps): its own line.
+MINILM_FLOOR = (0.24, 0.04)  # 0.28 over 10 passages, 0.40 over 8,000, 0.42 over 35,000
+FLOORS = {"local:minilm": MINILM_FLOOR}
 # Once the closest passage reaches the floor (the question means something here), the
 # passages down to this much below it are candidates too (the grid: recall with a floor
 # of 0.2 as with none, 0.06 less Italian with the floor itself).
@@ -182,8 +186,10 @@ def bm25(store: Store, query: str, limit: int, operator: str = "auto",
 
 
 def floor(index: Any) -> float:
-    """The similarity a passage found by meaning alone must reach in this index."""
-    return FLOOR_BASE + FLOOR_PER_DECADE * math.log10(max(10, len(index)))
+    """The similarity a passage found by meaning alone must reach in this index (its
+    model's line: the built-in model's for any model not in FLOORS)."""
+    base, per_decade = FLOORS.get(getattr(index, "model", ""), (FLOOR_BASE, FLOOR_PER_DECADE))
+    return base + per_decade * math.log10(max(10, len(index)))
 
 
 def semantic(store: Store, index: Any, vector: Any, limit: int,

