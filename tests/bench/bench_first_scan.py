@@ -32,7 +32,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_scan import prepare_kernel  # noqa: E402  (the kernel docs, unpacked once)
+from bench_scan import (  # noqa: E402  (the kernel docs, unpacked once)
+    loom_env,
+    prepare_kernel,
+    qmd_environment,
+)
 
 PATTERN = "IRQF_ONESHOT"
 
@@ -81,13 +85,8 @@ def main() -> None:
     qmd_bin = args.qmd_dir / "node_modules" / ".bin"
     looms = {"new": args.loom, "old": str(args.old / ".venv" / "bin" / "loom")}
 
-    def loom_env(home: Path) -> dict[str, str]:
-        return {**os.environ, "LOOM_HOME": str(home)}
-
     def qmd_env(home: Path) -> dict[str, str]:
-        return {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
-                "XDG_CONFIG_HOME": str(home / "config"),
-                "PATH": f"{qmd_bin}:{os.environ['PATH']}"}
+        return qmd_environment(home, qmd_bin)
 
     print(f"load at start: {os.getloadavg()}; runs: {args.runs}")
     rows: dict[str, dict[str, list[float]]] = {k: {} for k in ("qmd", "old", "new")}

@@ -89,19 +89,10 @@ def repeated(work: Path, times: int) -> Path:
 def warm(work: Path) -> None:
     from loomcli.operations import Corpus
 
-    src = sqlite3.connect(work / "index.db")
-    tmp = Path(tempfile.mkdtemp())
-    dst = sqlite3.connect(tmp / "index.db")
-    src.backup(dst)
-    src.close()
-    rows = dst.execute("SELECT file_id, spans, vecs, scales FROM vectors").fetchall()
-    dst.executemany("UPDATE vectors SET spans = ?, vecs = ?, scales = ? WHERE file_id = ?",
-                    [(sp * 2, vc * 2, sc * 2, fid) for fid, sp, vc, sc in rows])
-    dst.commit()
-    n = dst.execute("SELECT sum(length(scales)) / 4 FROM vectors").fetchone()[0]
-    dst.close()
-    (tmp / "meaning.toml").write_text(f'db_path = "{tmp / "index.db"}"\n'
-                                      "[embeddings]\nenabled = true\n")
+    tmp = repeated(work, 2)
+    db = sqlite3.connect(tmp / "index.db")
+    n = db.execute("SELECT sum(length(scales)) / 4 FROM vectors").fetchone()[0]
+    db.close()
     os.environ["LOOM_CONFIG"] = str(tmp / "meaning.toml")
     corpus = Corpus.default()
     t = time.perf_counter()

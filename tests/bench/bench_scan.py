@@ -85,6 +85,17 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> float
     return elapsed
 
 
+def loom_env(home: Path) -> dict[str, str]:
+    return {**os.environ, "LOOM_HOME": str(home)}
+
+
+def qmd_environment(home: Path, qmd_bin: Path) -> dict[str, str]:
+    """qmd with its own home, caches and config under `home`."""
+    return {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "PATH": f"{qmd_bin}:{os.environ['PATH']}"}
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -103,13 +114,8 @@ def main() -> None:
     qmd_bin = args.qmd_dir / "node_modules" / ".bin"
     results: dict[str, float] = {}
 
-    def loom_env(home: Path) -> dict[str, str]:
-        return {**os.environ, "LOOM_HOME": str(home)}
-
     def qmd_env(home: Path) -> dict[str, str]:
-        return {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
-                "XDG_CONFIG_HOME": str(home / "config"),
-                "PATH": f"{qmd_bin}:{os.environ['PATH']}"}
+        return qmd_environment(home, qmd_bin)
 
     # -- kernel docs: full scan, no-change rescan, search ------------------------------
     loom_full, qmd_full, loom_re, qmd_re = [], [], [], []
