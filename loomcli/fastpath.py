@@ -256,7 +256,8 @@ def _exit(code: int) -> NoReturn:
         sys.stderr.flush()
     except BaseException:
         sys.exit(code)
-    if atexit._ncallbacks() or sys.flags.dev_mode:
+    # _ncallbacks is CPython's; elsewhere assume a hook may be there
+    if getattr(atexit, "_ncallbacks", lambda: 1)() or sys.flags.dev_mode:
         sys.exit(code)
     os._exit(code)
 
