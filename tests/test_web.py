@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -633,8 +634,22 @@ def test_status_lists_failures_and_scan_shows_progress(serve, notes):
     expect(page.locator("#scan-state")).to_have_text(re.compile(r"^Scan finished: 1 added"))
     expect(page.locator("#scan-progress")).to_have_attribute("value", "1")
     expect(page.locator("#status-facts")).to_contain_text("Files10 (8 notes")
+    expect(page.locator("#status-facts")).to_contain_text("Grep indexcomplete")
     events = tab.posts("/scan")
     assert len(events) == 1 and events[0].post_data_json == {"stream": True, "force": False}
+
+
+def test_status_says_when_grep_s_index_is_still_to_be_filled(serve, scanned_notes, loom_home):
+    # A large first scan leaves grep's trigram index to a process of its own
+    # (grep_index.py): here three texts still named as waiting, no process running.
+    db = sqlite3.connect(loom_home / "index.db")
+    with db:
+        db.execute("INSERT INTO grams_todo (id) SELECT id FROM files LIMIT 3")
+    db.close()
+    tab = serve()
+    page = tab.goto("/status")
+    expect(page.locator("#status-facts")).to_contain_text(
+        "Grep index3 files to add (by the next scan)")
 
 
 def test_streamed_scan_reports_progress_then_the_report(scanned_notes):

@@ -960,6 +960,7 @@ views.status = (() => {
     const s = await callJSON("GET", "/status");
     const dl = $("status-facts");
     const v = s.vectors || {};
+    const g = s.grep_index || {};
     const last = s.last_scan;
     const report = last && last.report;
     const pairs = [
@@ -969,6 +970,7 @@ views.status = (() => {
       ["Index", `${s.index} · ${bytes(s.index_bytes)}`],
       ["Config", s.config],
       ["Vectors", v.enabled ? `${v.files} files by ${v.model}${v.pending ? `, ${v.pending} pending` : ""}${v.stale ? `, ${v.stale} stale` : ""}` : "off"],
+      ["Grep index", g.pending ? `${g.pending} files to add (${g.building ? "being built now" : "by the next scan"}); grep reads them directly meanwhile` : "complete"],
       ["Last scan", last ? `${when(last.finished_at)}${report ? ` — ${summary(report)}` : ""}` : "never"],
     ];
     for (const [kind, engine] of Object.entries(s.engines || {})) pairs.push([`Engine: ${kind}`, engine]);
