@@ -163,6 +163,29 @@ def root_paths(store):
                                    "JOIN roots r ON r.id = f.root_id"))
 
 
+def floor_report(label, sets, index, vectors, paths, embedder, among=None):
+    """Where a model's similarity floor falls: the best passage of nonsense queries, of
+    each question's target files, and how many questions the floor would lose."""
+    from loomcli import retrieve
+
+    best_target = []
+    for qs in sets.values():
+        for q in qs:
+            hits = [p.score for p in index.top(vectors[q["q"]], 2000, among)
+                    if paths.get(p.file_id) in q["targets"]]
+            best_target.append(hits[0] if hits else 0.0)
+    best_target.sort()
+    junk = [(index.top(embedder.embed([t])[0], 1, among)[0].score, t) for t in NONSENSE]
+    print(f"  {label}nonsense queries, best passage anywhere: "
+          + ", ".join(f"{t!r} {s:.2f}" for s, t in sorted(junk)))
+    for pct in (5, 10, 25, 50):
+        print(f"  {label}target files' best passage, {pct}th percentile: "
+              f"{best_target[len(best_target) * pct // 100]:.2f}")
+    least = retrieve.floor(index)
+    print(f"  {label}questions whose target's best passage is under the floor "
+          f"({least:.3f}): {sum(1 for s in best_target if s < least)}/{len(best_target)}")
+
+
 def rank_of(paths, targets):
     for i, p in enumerate(paths[:10], 1):
         if p in targets:
@@ -325,40 +348,9 @@ def main() -> None:
             print(line, flush=True)
 
     print("\nsimilarity floor: best passage cosine")
-    best_target = []
-    for qs in sets.values():
-        for q in qs:
-            top = index.top(vectors[q["q"]], 2000)
-            hits = [p.score for p in top if paths.get(p.file_id) in q["targets"]]
-            best_target.append(hits[0] if hits else 0.0)
-    best_target.sort()
-    junk = [(index.top(embedder.embed([t])[0], 1)[0].score, t) for t in NONSENSE]
-    print("  nonsense queries, best passage anywhere: "
-          + ", ".join(f"{t!r} {s:.2f}" for s, t in sorted(junk)))
-    for pct in (5, 10, 25, 50):
-        print(f"  target files' best passage, {pct}th percentile: "
-              f"{best_target[len(best_target) * pct // 100]:.2f}")
-    least = retrieve.floor(index)
-    print(f"  questions whose target's best passage is under the floor ({least:.3f}): "
-          f"{sum(1 for s in best_target if s < least)}/{len(best_target)}")
+    floor_report("", sets, index, vectors, paths, embedder)
     if mini is not None:
-        best_target = []
-        for qs in sets.values():
-            for q in qs:
-                hits = [p.score for p in m_index.top(m_vectors[q["q"]], 2000, m_among)
-                        if m_paths.get(p.file_id) in q["targets"]]
-                best_target.append(hits[0] if hits else 0.0)
-        best_target.sort()
-        junk = [(m_index.top(m_embedder.embed([t])[0], 1, m_among)[0].score, t)
-                for t in NONSENSE]
-        print("  MiniLM, nonsense queries: "
-              + ", ".join(f"{t!r} {s:.2f}" for s, t in sorted(junk)))
-        for pct in (5, 10, 25, 50):
-            print(f"  MiniLM, target files' best passage, {pct}th percentile: "
-                  f"{best_target[len(best_target) * pct // 100]:.2f}")
-        least = retrieve.floor(m_index)
-        print(f"  MiniLM, under the floor ({least:.3f}): "
-              f"{sum(1 for s in best_target if s < least)}/{len(best_target)}")
+        floor_report("MiniLM, ", sets, m_index, m_vectors, m_paths, m_embedder, m_among)
     if args.cost:
         from loomcli.embeddings import passages as cut
 
