@@ -266,6 +266,7 @@ PAGE_SIZE = 16384
 # segment per file, merged over and over (measured on 40,000 notes: the trigram index
 # 4.3 -> 0.6 s, the BM25 index 1.4 -> 0.2 s).
 # Inserts of values that may be huge; each inserts nothing when ?1 is NULL (_release).
+RELEASE_ABOVE = 1 << 20  # characters: values this long are released after their insert
 _INSERT_DOC = "INSERT INTO docs (id, body, pages) SELECT ?1, ?2, ?3 WHERE ?1 IS NOT NULL"
 _INSERT_BLOCK = "INSERT INTO grams (rowid, body) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
 _INSERT_CJK = "INSERT INTO cjk (id, grams) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
@@ -589,9 +590,11 @@ class Store:
 
     def _insert_once(self, sql: str, params: tuple[Any, ...]) -> None:
         """Run one of the `_INSERT_*` statements with values that may be huge, then
-        release them (see _release)."""
+        release them (see _release) when they are: a small copy held until the next
+        insert costs nothing, and a second statement per file would, on every scan."""
         self.conn.execute(sql, params)
-        self._release(sql, len(params))
+        if any(isinstance(p, str | bytes) and len(p) > RELEASE_ABOVE for p in params):
+            self._release(sql, len(params))
 
     def _release(self, sql: str, count: int) -> None:
         """Let SQLite drop its copy of a statement's last values. Python's sqlite3 caches
