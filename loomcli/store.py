@@ -265,11 +265,23 @@ PAGE_SIZE = 16384
 # savepoint, and FTS5 writes its pending terms to disk at every savepoint: one tiny
 # segment per file, merged over and over (measured on 40,000 notes: the trigram index
 # 4.3 -> 0.6 s, the BM25 index 1.4 -> 0.2 s).
-# Inserts of values that may be huge; each inserts nothing when ?1 is NULL (_release).
+# Inserts of values that may be huge, each in two forms: a one-row VALUES, and for a
+# value over RELEASE_ABOVE one that inserts nothing when ?1 is NULL, so that running it
+# again with NULLs releases SQLite's copy of the value (_release). That second form is an
+# INSERT … SELECT, whose savepoint flushes FTS5 (above): only a huge value pays for it
+# (with it for every file, the kernel docs' first scan spent 1.2 s more in SQLite).
 RELEASE_ABOVE = 1 << 20  # characters: values this long are released after their insert
-_INSERT_DOC = "INSERT INTO docs (id, body, pages) SELECT ?1, ?2, ?3 WHERE ?1 IS NOT NULL"
-_INSERT_BLOCK = "INSERT INTO grams (rowid, body) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
-_INSERT_CJK = "INSERT INTO cjk (id, grams) SELECT ?1, ?2 WHERE ?1 IS NOT NULL"
+
+
+def _insert(table: str, columns: str) -> tuple[str, str]:
+    marks = ", ".join(f"?{i}" for i in range(1, columns.count(",") + 2))
+    return (f"INSERT INTO {table} ({columns}) VALUES ({marks})",
+            f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?1 IS NOT NULL")
+
+
+_INSERT_DOC = _insert("docs", "id, body, pages")
+_INSERT_BLOCK = _insert("grams", "rowid, body")
+_INSERT_CJK = _insert("cjk", "id, grams")
 _TITLE_OF = "(SELECT title FROM files WHERE id = ?1)"
 _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
 _GRAMS_OF = "(SELECT grams FROM cjk WHERE id = ?1)"
@@ -588,20 +600,22 @@ class Store:
     def optimize_grams(self) -> None:
         self.conn.execute("INSERT INTO grams (grams) VALUES ('optimize')")
 
-    def _insert_once(self, sql: str, params: tuple[Any, ...]) -> None:
-        """Run one of the `_INSERT_*` statements with values that may be huge, then
-        release them (see _release) when they are: a small copy held until the next
-        insert costs nothing, and a second statement per file would, on every scan."""
-        self.conn.execute(sql, params)
+    def _insert_once(self, forms: tuple[str, str], params: tuple[Any, ...]) -> None:
+        """Run one of the `_INSERT_*` statements with values that may be huge, and release
+        them after (see _release) when they are: a small copy held until the next insert
+        costs nothing, and a second statement per file would, on every scan."""
         if any(isinstance(p, str | bytes) and len(p) > RELEASE_ABOVE for p in params):
-            self._release(sql, len(params))
+            self.conn.execute(forms[1], params)
+            self._release(forms[1], len(params))
+        else:
+            self.conn.execute(forms[0], params)
 
     def _release(self, sql: str, count: int) -> None:
         """Let SQLite drop its copy of a statement's last values. Python's sqlite3 caches
         statements and never clears their bindings, so the copy of a 150 MB text stayed
-        held after its insert, until the statement ran again. The `_INSERT_*` statements
-        insert nothing when their first value is NULL: run again with NULLs, they hold
-        nothing."""
+        held after its insert, until the statement ran again. The second form of each
+        `_INSERT_*` inserts nothing when its first value is NULL: run again with NULLs,
+        it holds nothing."""
         self.conn.execute(sql, (None,) * count)
 
     def _insert_blocks(self, file_id: int, text: str) -> None:
@@ -614,13 +628,12 @@ class Store:
             cut = text.find("\n", pos + GREP_BLOCK_CHARS - 1)
             end = len(text) if cut < 0 else cut + 1
             block = text[pos:end]
-            self.conn.execute(_INSERT_BLOCK, (file_id + (len(starts) << BLOCK_SHIFT), block))
+            self._insert_once(_INSERT_BLOCK, (file_id + (len(starts) << BLOCK_SHIFT), block))
             starts.append((byte, line))
             byte += utf8_len(block)
             line += block.count("\n")
             pos = end
             del block
-        self._release(_INSERT_BLOCK, 2)  # the last block may be a huge line
         if len(starts) > 1:
             self.conn.execute("INSERT INTO blocks (file_id, starts) VALUES (?, ?)",
                               (file_id, json.dumps(starts, separators=(",", ":"))))
