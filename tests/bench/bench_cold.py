@@ -34,25 +34,16 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_scan import prepare_kernel  # noqa: E402  (the kernel docs, unpacked once)
+from bench_scan import (  # noqa: E402  (the kernel docs, unpacked once; looms as pip installs them)
+    install,
+    install_commit,
+    prepare_kernel,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PATTERN = "IRQF_ONESHOT"
 QUERIES = ["memory barrier", "watchdog timer", "page cache writeback"]
 ARCHIVE_QUERIES = ["watchdog timer", "tikz arrow styles", "asyncio event loop"]
-
-
-def install(source: Path, venv: Path) -> Path:
-    """`loom` of a fresh virtualenv holding `source`, bytecode compiled."""
-    if not (venv / "bin" / "loom").exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(source)], check=True)
-    site = subprocess.run([str(venv / "bin" / "python"), "-c",
-                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", site],
-                   check=True, stdout=subprocess.DEVNULL)
-    return venv / "bin" / "loom"
 
 
 NICE: list[str] = []  # --nice N: hyperfine and what it runs at that priority
@@ -118,17 +109,7 @@ def main() -> None:
             sys.exit(f"{tool} missing: run tests/bench/setup.sh")
     kernel = prepare_kernel(work)
 
-    old_venv = work / f"cold-old-venv-{args.old}"
-    if not (old_venv / "bin" / "loom").exists():  # installed once from a passing worktree
-        old_tree = work / "cold-old-tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree),
-                        args.old], check=True, capture_output=True)
-        try:
-            install(old_tree, old_venv)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(old_tree)], check=True, capture_output=True)
-    old = old_venv / "bin" / "loom"
+    old = install_commit(args.old, work / f"cold-old-venv-{args.old}")
     shutil.rmtree(work / "cold-new-venv", ignore_errors=True)  # this checkout as it is now
     new = install(ROOT, work / "cold-new-venv")
     python = work / "cold-new-venv" / "bin" / "python"

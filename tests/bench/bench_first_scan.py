@@ -1,20 +1,20 @@
 """The first scan of the kernel docs: this loom against an older one and qmd, interleaved.
 
-    python tests/bench/bench_first_scan.py --old /path/to/old-worktree [--runs 5]
-        [--work /tmp/loom-bench] [--loom loom] [--qmd-dir /opt/qmd]
+    python tests/bench/bench_first_scan.py --old COMMIT [--runs 5]
+        [--work /tmp/loom-bench] [--qmd-dir /opt/qmd]
 
---old is a git worktree of an earlier loom with its own venv (`.venv/bin/loom`), e.g.
-`git worktree add --detach ../loom-old 5b8ed35 && cd ../loom-old && python3 -m venv .venv
-&& .venv/bin/pip install -e .`. Each run makes fresh indexes with the three, in an order
-that rotates from run to run (the machine's load drifts), and measures: the first scan
-(wall time, and CPU time of the process and the children it waited for; the
-background builder is not among those), a cold
-`loom grep PATTERN` right after it (this loom may still be filling grep's index in the
-background: the grep competes with that process, as a user's would), when grep's index is
-complete (this loom: from the scan's start until its builder lets go of its lock), the
-no-change rescan (wall and CPU), a cold grep with the index complete (median of 5), and index size.
-Ratios are to qmd in the same run (median of the runs' ratios); the load average is
-printed at the start and the end. Needs the kernel docs and qmd (tests/bench/setup.sh).
+This checkout and the commit --old are each installed into a virtualenv of their own under
+WORK, as pip and pipx install them (no `-e`, bytecode compiled: a loom started without its
+.pyc files compiles every module first, ~60 ms of a rescan). Each run makes fresh indexes
+with the three, in an order that rotates from run to run (the machine's load drifts), and
+measures: the first scan (wall time, and CPU time of the process and the children it
+waited for; the background builder is not among those), a cold `loom grep PATTERN` right
+after it (this loom may still be filling grep's index in the background: the grep competes
+with that process, as a user's would), when grep's index is complete (this loom: from the
+scan's start until its builder lets go of its lock), the no-change rescan (wall and CPU),
+a cold grep with the index complete (median of 5), and index size. Ratios are to qmd in
+the same run (median of the runs' ratios); the load average is printed at the start and
+the end. Needs the kernel docs and qmd (tests/bench/setup.sh).
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_scan import (  # noqa: E402  (the kernel docs, unpacked once)
+    ROOT,
+    install,
+    install_commit,
     loom_env,
     prepare_kernel,
     qmd_environment,
@@ -75,15 +78,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work", type=Path, default=Path("/tmp/loom-bench"))
-    ap.add_argument("--loom", default=shutil.which("loom") or "loom")
-    ap.add_argument("--old", type=Path, required=True, help="worktree of an older loom")
+    ap.add_argument("--old", required=True, help="the commit to compare with")
     ap.add_argument("--qmd-dir", type=Path, default=Path("/opt/qmd"))
     args = ap.parse_args()
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     kernel = prepare_kernel(work)
     qmd_bin = args.qmd_dir / "node_modules" / ".bin"
-    looms = {"new": args.loom, "old": str(args.old / ".venv" / "bin" / "loom")}
+    shutil.rmtree(work / "first-new-venv", ignore_errors=True)  # this checkout as it is now
+    looms = {"new": str(install(ROOT, work / "first-new-venv")),
+             "old": str(install_commit(args.old, work / f"first-old-venv-{args.old}"))}
 
     def qmd_env(home: Path) -> dict[str, str]:
         return qmd_environment(home, qmd_bin)

@@ -21,10 +21,39 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SRC = Path("/usr/share/doc/linux-doc-6.1/Documentation")
 PDF_SRC = Path("/usr/share/doc/texlive-doc/latex")
 QUERIES = ["watchdog timer", "memory barrier", "device tree binding", "scheduler latency",
            "usb gadget", "page cache writeback"]
+
+
+def install(source: Path, venv: Path) -> Path:
+    """`loom` of a fresh virtualenv holding `source`, bytecode compiled."""
+    if not (venv / "bin" / "loom").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(source)], check=True)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", site],
+                   check=True, stdout=subprocess.DEVNULL)
+    return venv / "bin" / "loom"
+
+
+def install_commit(commit: str, venv: Path) -> Path:
+    """`loom` of a virtualenv holding this repository at `commit`, installed once (from a
+    worktree removed after) and bytecode compiled, as `install` makes it."""
+    if not (venv / "bin" / "loom").exists():
+        tree = venv.with_name(venv.name + "-tree")
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree),
+                        commit], check=True, capture_output=True)
+        try:
+            install(tree, venv)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           check=True, capture_output=True)
+    return venv / "bin" / "loom"
 
 
 def prepare_kernel(work: Path) -> Path:
