@@ -73,35 +73,6 @@ def _corpus() -> Corpus:
     return console.corpus(State.config_override)
 
 
-class _ProgressBar:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        import time
-
-        self.enabled = sys.stderr.isatty()
-        self.clock = time.monotonic
-        self.last = 0.0
-        self.drawn = False
-
-    def __call__(self, done: int, total: int, path: str) -> None:
-        now = self.clock()
-        if not self.enabled or (now - self.last < 0.1 and done < total):
-            return
-        self.last = now
-        width = 24
-        filled = width * done // max(total, 1)
-        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {path}"[:100]
-        sys.stderr.write(line.ljust(101))
-        sys.stderr.flush()
-        self.drawn = True
-
-    def clear(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\r" + " " * 101 + "\r")
-            sys.stderr.flush()
-
-
 # -- commands --------------------------------------------------------------------------
 
 @app.command()
@@ -189,42 +160,10 @@ def scan(
     as_json: JsonOpt = False,
 ) -> None:
     """Index folders of notes and PDFs (incremental)."""
-    from loomcli import indexer
+    from loomcli import scanning
 
-    bar = _ProgressBar()
-    try:
-        report = _corpus().scan(dirs or [], force=force, rebuild=rebuild, progress=bar,
-                                on_wait=_err)
-    except indexer.ScanInterrupted as stop:
-        bar.clear()
-        _err(stop.summary())
-        raise typer.Exit(int(Exit.INTERRUPTED)) from None
-    finally:
-        bar.clear()
-    if as_json:
-        _print_json(report.to_dict())
-    else:
-        known = [e for e in report.errors if e["path"] in report.known]
-        for e in report.errors:
-            if verbose or e["path"] not in report.known:
-                _err(f"failed: {_shown(e['path'])}: {e['error']}")
-        if known and not verbose:
-            _err(f"{len(known)} file{'s' if len(known) > 1 else ''} failed before and "
-                 f"{'are' if len(known) > 1 else 'is'} unchanged — `loom status --failed` "
-                 "lists them")
-        new_skips = [e for e in report.skips if e["path"] not in report.known]
-        for e in report.skips if verbose else ():
-            _err(f"skipped: {_shown(e['path'])}: {e['reason']}")
-        if new_skips and not verbose:
-            first = new_skips[0]
-            _err(f"skipped {len(new_skips)} file{'s' if len(new_skips) > 1 else ''} with "
-                 f"no text to index (e.g. {_shown(first['path'])}: "
-                 f"{first['reason'].split(' — ')[0]}) — `loom status --skipped` lists them")
-        if report.vectors and report.vectors["error"]:
-            _err(f"warning: vectors not made ({report.vectors['error']}); the text is "
-                 "indexed and the next scan tries again")
-        _out(report.summary())
-    raise typer.Exit(indexer.exit_code(report))
+    raise typer.Exit(scanning.scan(State.config_override, dirs or [], force, rebuild, verbose,
+                                   as_json))
 
 
 @app.command()

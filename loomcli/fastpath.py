@@ -1,13 +1,13 @@
-"""The `loom` command's entry: `search`, `grep` and `get` start without typer.
+"""The `loom` command's entry: `search`, `grep`, `get` and `scan` start without typer.
 
-Importing typer and building the command costs more than a selective grep itself
-(docs/benchmarks.md, "Cold start"). A command line of one of the read commands that this
-module understands — every option of theirs, in any of click's spellings — runs
-reading.py straight away; anything else (help, completion, `--version`, another
-command, an unknown or malformed option, a missing argument) goes to cli.py's typer app,
-which prints the help, the completion and the usage errors. So what is printed and the
-exit code are the same either way: tests/test_fastpath.py runs every command line both
-ways and compares.
+Importing typer and building the command costs more than a selective grep itself, or a
+rescan that finds nothing changed (docs/benchmarks.md, "Cold start"). A command line of
+one of these commands that this module understands — every option of theirs, in any of
+click's spellings — runs reading.py (scanning.py) straight away; anything else (help,
+completion, `--version`, another command, an unknown or malformed option, a missing
+argument) goes to cli.py's typer app, which prints the help, the completion and the
+usage errors. So what is printed and the exit code are the same either way:
+tests/test_fastpath.py runs every command line both ways and compares.
 
 The parsing follows click's rules (typer's parser): options and arguments in any order,
 `--` ends the options, `--opt=value`, `-xVALUE` and clusters of short flags (`-iw`), the
@@ -71,6 +71,14 @@ _GET_OPTIONS = {
     "--json": ("as_json", FLAG),
 }
 _GET_DEFAULTS = {"offset": 0, "length": None, "as_json": False}
+
+_SCAN_OPTIONS = {
+    "--force": ("force", FLAG),
+    "--rebuild": ("rebuild", FLAG),
+    "--verbose": ("verbose", FLAG), "-v": ("verbose", FLAG),
+    "--json": ("as_json", FLAG),
+}
+_SCAN_DEFAULTS = {"force": False, "rebuild": False, "verbose": False, "as_json": False}
 
 Values = dict[str, object]
 
@@ -156,7 +164,7 @@ def _options(args: list[str], options: dict[str, tuple[str, str]]
 
 
 def parse(args: list[str]) -> Callable[[], int] | None:
-    """The command line as a call of reading.py, or None for typer to run."""
+    """The command line as a call of reading.py or scanning.py, or None for typer."""
     config: str | None = None
     while args and (args[0] == "--config" or args[0].startswith("--config=")):
         if args[0] == "--config":
@@ -174,6 +182,8 @@ def parse(args: list[str]) -> Callable[[], int] | None:
         return _search(config, args)
     if command == "get":
         return _get(config, args)
+    if command == "scan":
+        return _scan(config, args)
     return None
 
 
@@ -214,6 +224,19 @@ def _get(config: str | None, args: list[str]) -> Callable[[], int] | None:
     return lambda: get(config, parsed[1][0], **values)  # type: ignore[arg-type]
 
 
+def _scan(config: str | None, args: list[str]) -> Callable[[], int] | None:
+    parsed = _options(args, _SCAN_OPTIONS)
+    if parsed is None:
+        return None
+    values = {**_SCAN_DEFAULTS, **parsed[0]}
+    from pathlib import Path
+
+    from loomcli.scanning import scan
+
+    dirs = [Path(d) for d in parsed[1]]
+    return lambda: scan(config, dirs, **values)  # type: ignore[arg-type]
+
+
 # Numerical work in a loom process is one query vector at a time (the scan's embedding
 # workers set the same): a second BLAS thread only spins. Measured on the shared 2-core
 # machine: one query's embedding 228 ms of CPU with OpenBLAS's default two threads, 3 ms
@@ -228,8 +251,8 @@ def one_blas_thread() -> None:
 
 
 def main() -> NoReturn:
-    """Run `loom`: the read commands here when their command line is understood, every
-    other command line through typer (cli.main)."""
+    """Run `loom`: search, grep, get and scan here when their command line is understood,
+    every other command line through typer (cli.main)."""
     one_blas_thread()
     run = None if "_LOOM_COMPLETE" in os.environ else parse(sys.argv[1:])
     if run is None:

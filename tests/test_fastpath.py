@@ -1,5 +1,5 @@
-"""`loom search`, `grep` and `get` start without typer (fastpath.py); every command line
-prints the same and exits the same as when typer parses it (cli.main).
+"""`loom search`, `grep`, `get` and `scan` start without typer (fastpath.py); every
+command line prints the same and exits the same as when typer parses it (cli.main).
 
 Each command line runs twice as a real process: `python -m loomcli` (the fast path, the
 console entry) and `cli.main` (typer always); stdout, stderr and the exit code must be
@@ -10,6 +10,7 @@ and refused what it must leave to typer (help, completion, malformed options).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -130,6 +131,8 @@ TYPER_LINES = [
     [], ["--help"], ["-h"], ["--version"], ["files"], ["status"], ["grep"], ["search"],
     ["get"], ["grep", "--help"], ["grep", "-h"], ["grep", "warp", "-h"], ["grep", "-ih", "x"],
     ["search", "--help"], ["get", "--help"], ["grep", "x", "y"], ["get", "a", "b"],
+    ["scan", "--help"], ["scan", "-v", "-h"], ["scan", "--bogus"], ["scan", "--json=1"],
+    ["scan", "-x"], ["scan", "-vx"], ["--config", "CONFIG", "scan", "--bogu"],
     ["grep", "--bogus", "x"], ["grep", "-e", "x"], ["grep", "--lim", "1", "x"],
     ["grep", "--limit", "0", "x"], ["grep", "--limit", "-1", "x"], ["grep", "--limit", "x", "y"],
     ["grep", "--limit"], ["grep", "-C"], ["grep", "-C=1", "x"], ["grep", "-A", "+1", "x"],
@@ -161,18 +164,60 @@ def test_what_the_fast_path_leaves_to_typer(args: list[str], corpus: dict[str, P
     same(args, corpus)
 
 
-def test_the_read_commands_answer_without_importing_typer(corpus: dict[str, Path]) -> None:
-    for args in (["grep", "warp"], ["search", "warp"], ["get", "welcome.md"]):
+def test_the_fast_commands_answer_without_importing_typer(corpus: dict[str, Path]) -> None:
+    for args in (["grep", "warp"], ["search", "warp"], ["get", "welcome.md"],
+                 ["scan", str(corpus["notes"])]):  # a rescan: nothing changed
         out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"], args,
                              corpus)
         assert code == 0, err
         modules = {line.split("|")[-1].strip() for line in err.splitlines()
                    if line.startswith("import time:")}
-        assert "loomcli.reading" in modules
+        assert {"loomcli.reading", "loomcli.scanning"} & modules
         assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}
     out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
                          ["grep", "--help"], corpus)
     assert code == 0 and "typer" in err  # help is typer's
+
+
+# `loom scan`: each way in a home of its own, from the same start (nothing indexed, or
+# the notes indexed, then one changed, one added and one deleted); durations are masked.
+SCAN_LINES = [
+    (["scan", "NOTES"], True), (["scan", "--json", "NOTES"], True),
+    (["scan", "-v", "NOTES"], True), (["scan", "--verbose", "NOTES", "--force"], True),
+    (["scan"], True), (["scan", "--rebuild", "NOTES"], False), (["scan"], False),
+    (["scan", "--", "NOTES"], False), (["scan", "NOTES", "NOTES/manuals"], False),
+    (["scan", "NOTES/nope"], False), (["scan", "NOTES/welcome.md"], False),
+    (["scan", "-v", "--json", "NOTES"], False), (["--config", "CONFIG", "scan", "NOTES"], False),
+    (["scan", "--force", "--force", "NOTES"], False),
+]
+_DURATION = re.compile(r'in \d+\.\d+s|"duration_ms": \d+')
+
+
+@pytest.mark.parametrize("args,indexed", SCAN_LINES,
+                         ids=lambda a: " ".join(a) if isinstance(a, list) else f"indexed={a}")
+def test_scan_prints_what_typer_prints(args: list[str], indexed: bool,
+                                       corpus: dict[str, Path], tmp_path: Path) -> None:
+    assert understood(args)
+    got = []
+    for way, cmd in (("fast", FAST), ("typer", TYPER)):
+        home, notes = tmp_path / way / "home", tmp_path / way / "notes"
+        shutil.copytree(corpus["notes"], notes)
+        if indexed:
+            subprocess.run([*FAST, "scan", str(notes)], env={**os.environ, "LOOM_HOME": str(home)},
+                           check=True, capture_output=True)
+            (notes / "welcome.md").write_text("changed since the scan\n", encoding="utf-8")
+            (notes / "added.md").write_text("new since the scan\n", encoding="utf-8")
+            (notes / "scratch-1.md").unlink()
+        config = tmp_path / way / "config.toml"
+        config.write_text(f'db_path = "{home / "index.db"}"\n', encoding="utf-8")
+        names = {"NOTES": str(notes), "CONFIG": str(config)}
+        line = [names[a.split("/")[0]] + a[len(a.split("/")[0]):] if a.split("/")[0] in names
+                else a for a in args]
+        out, err, code = run(cmd, line, corpus, home=home, cwd=tmp_path / way)
+        got.append((_DURATION.sub("in D", out.replace(str(tmp_path / way), "T")),
+                    _DURATION.sub("in D", err.replace(str(tmp_path / way), "T")), code))
+    assert got[0] == got[1], f"loom {args!r}: fast path {got[0]!r} != typer {got[1]!r}"
+    assert got[0][2] in (0, 1, 2), got[0]
 
 
 def test_paths_on_disk_and_here_from_inside_a_folder(corpus: dict[str, Path]) -> None:
@@ -253,6 +298,7 @@ def test_any_command_line_prints_the_same_both_ways(args: list[str],
     ("grep", fastpath._GREP_OPTIONS, fastpath._GREP_DEFAULTS),
     ("search", fastpath._SEARCH_OPTIONS, fastpath._SEARCH_DEFAULTS),
     ("get", fastpath._GET_OPTIONS, fastpath._GET_DEFAULTS),
+    ("scan", fastpath._SCAN_OPTIONS, fastpath._SCAN_DEFAULTS),
 ])
 def test_the_fast_path_knows_exactly_typer_s_options_and_defaults(name, options, defaults):
     """An option added to cli.py, or a default changed there, without the fast path's
