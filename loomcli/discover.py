@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from loomcli import ignore
 from loomcli.errors import IgnorePatternError, RootError
@@ -20,8 +21,9 @@ from loomcli.extract import IMAGES
 IGNORE_FILE = ".loomignore"
 
 
-@dataclass(frozen=True)
-class FileRef:
+class FileRef(NamedTuple):
+    """A file the walk found (a tuple: made for every file on every scan)."""
+
     relpath: str  # relative to the root, "/" separators
     abspath: str
     size: int
@@ -47,12 +49,21 @@ DOCUMENTS = {"pdf": "pdf", "html": "html", "htm": "html", "docx": "docx", "odt":
 
 
 def kind_of(name: str, extensions: frozenset[str]) -> str | None:
-    ext = name.rpartition(".")[2].lower() if "." in name else ""
-    if ext in DOCUMENTS:
-        return DOCUMENTS[ext]
-    if ext in IMAGES:
-        return "image" if ext in extensions else None  # screenshots only when asked
-    return "note" if ext in extensions else None
+    return _kinds(extensions).get(_extension(name))
+
+
+def _extension(name: str) -> str:
+    _, dot, ext = name.rpartition(".")
+    return ext.lower() if dot else ""
+
+
+def _kinds(extensions: frozenset[str]) -> dict[str, str]:
+    """Extension -> kind: documents always, images only when listed (screenshots only
+    when asked), notes by the configured extensions."""
+    kinds = {ext: "note" for ext in extensions if ext not in IMAGES}
+    kinds.update((ext, "image") for ext in extensions & IMAGES)
+    kinds.update(DOCUMENTS)
+    return kinds
 
 
 def check_root(root: Path) -> Path:
@@ -97,39 +108,38 @@ def walk(root: Path, patterns: list[ignore.Pattern], extensions: frozenset[str])
     has changed anything.
     """
     found = Discovery(root=root)
-    _walk_dir(found, str(root), "", patterns, extensions)
+    _walk_dir(found, str(root), "", patterns, _kinds(extensions))
     return found
 
 
 def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
-              patterns: list[ignore.Pattern], extensions: frozenset[str]) -> None:
+              patterns: list[ignore.Pattern], kinds: dict[str, str]) -> None:
     try:
         with os.scandir(abs_dir) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            listing = {e.name: e for e in it}
     except OSError as exc:
         found.unreadable.append((rel_dir.rstrip("/"), exc.strerror or str(exc)))
         return
     # A listed subfolder's own rules (the root's were loaded by the caller).
-    if rel_dir and any(e.name == IGNORE_FILE for e in entries):
+    if rel_dir and IGNORE_FILE in listing:
         try:
             sub = _read_ignore_file(Path(abs_dir), os.fsencode(rel_dir))
         except OSError as exc:  # a path too long to open: the folder is one failed entry
             found.unreadable.append((rel_dir.rstrip("/"), exc.strerror or str(exc)))
             return
         patterns = patterns + sub if sub else patterns
-    for entry in entries:
-        name = entry.name
+    for name in sorted(listing):
         if name.startswith("."):
             continue
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            shown = os.fsencode(name).decode("utf-8", "replace")
-            found.bad_names.append(f"{rel_dir}{shown}")
-            continue
-        try:
-            if entry.is_symlink():
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = os.fsencode(name).decode("utf-8", "replace")
+                found.bad_names.append(f"{rel_dir}{shown}")
                 continue
+        entry = listing[name]
+        try:  # a symlink is neither (never followed)
             is_dir = entry.is_dir(follow_symlinks=False)
             is_file = not is_dir and entry.is_file(follow_symlinks=False)
         except OSError as exc:  # a name the OS refuses (too long…): one entry, not the scan
@@ -140,9 +150,9 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
             rel_b = os.fsencode(rel)
             if patterns and ignore.is_ignored(patterns, rel_b, True):
                 continue
-            _walk_dir(found, entry.path, rel + "/", patterns, extensions)
+            _walk_dir(found, entry.path, rel + "/", patterns, kinds)
         elif is_file:
-            kind = kind_of(name, extensions)
+            kind = kinds.get(_extension(name))
             if kind is None:
                 continue
             if patterns and ignore.is_ignored(patterns, os.fsencode(rel), False):

@@ -16,7 +16,6 @@ The builder takes the write lock batch by batch and gives way to any other write
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +65,8 @@ def start(db_path: Path, lock_fd: int) -> None:
     """Start the builder, handing it the lock the scan took (so `loom status` says it is
     building from the moment the scan returns), once the scan has let go of the write
     lock."""
+    import subprocess
+
     try:
         # -P: not the working folder first on sys.path (a checkout of another loom there
         # would be the one imported).

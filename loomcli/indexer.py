@@ -16,16 +16,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli import discover, grep_index
 from loomcli.config import Config
 from loomcli.errors import ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
-from loomcli.extract.ocr import OcrSettings
 from loomcli.extract.text import extract_note
 from loomcli.locks import write_lock
 from loomcli.store import FileRow, Root, Store
+
+if TYPE_CHECKING:  # OCR's module is imported once a scan meets a document
+    from loomcli.extract.ocr import OcrSettings
 
 BATCH_FILES = 200
 BATCH_SECONDS = 1.0
@@ -296,13 +298,14 @@ class Indexer:
                 if row and row.ocr is not None and not retry:
                     retry = row.ocr != self._ocr_key()
                 if row and unchanged and not force and not retry:
-                    shown = store.display_path(root.id, ref.relpath)
                     if row.error:
+                        shown = store.display_path(root.id, ref.relpath)
                         self._fail(report, shown, row.error)
                         report.known.add(shown)
                     else:
                         report.skipped += 1
                         if row.skip:
+                            shown = store.display_path(root.id, ref.relpath)
                             report.skips.append({"path": shown, "reason": row.skip})
                             report.known.add(shown)
                     continue
