@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import shutil
 from collections import deque
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loomcli.errors import ExtractionError
 from loomcli.extract import Extracted, pdf, pool
@@ -49,9 +51,21 @@ def test_binary_posing_as_text_is_refused():
     ("a.rst", "Plain Title\n-----------\n", "Plain Title"),
     ("a.adoc", "= Adoc Title\n\ntext", "Adoc Title"),
     ("dir/no-heading.txt", "just words", "no-heading"),
+    ("dir/a.b.TXT", "no # heading", "a.b"), ("dir/.hidden", "x", ".hidden"),
+    ("dir/trailing.", "x", "trailing."), ("NOTES.RST", "Up\n===\n", "Up"),
+    ("a.md", "text\n---\ntitle: not front matter\n", "a"),
+    ("a.md", "#+title: org in markdown\n", "org in markdown"),
 ])
 def test_titles(name, text, title):
     assert title_of(text, name) == title
+
+
+_NAMES = st.text(alphabet="ab.-_ ", min_size=1, max_size=8).filter(lambda n: n not in (".", ".."))
+
+
+@given(st.lists(_NAMES, min_size=1, max_size=3).map("/".join))
+def test_a_title_without_a_heading_is_the_name_s_stem(relpath):  # as relpaths are
+    assert title_of("no heading here", relpath) == PurePosixPath(relpath).stem
 
 
 def test_fixture_pdf_pages_and_metadata_title(engine):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomcli import scripts
@@ -63,6 +63,30 @@ def test_the_marks_dropped_are_exactly_the_combining_marks_of_the_scripts():
     assert marks and {c for c in inside if scripts.MARKS.match(c)} == marks
     assert scripts.pairs("か\u3099き") == ["かき"]  # kana's combining voicing mark
     assert scripts.bigram_text("Ünïcödé — but no run") is None
+
+
+def _pairs_one_run_at_a_time(text: str, cap: int) -> str | None:
+    """bigram_text as it was first written: run by run, each without its marks."""
+    out, size = [], 0
+    for m in re.finditer(f"[{scripts.RANGES}]+", text):
+        out.append(" ".join(scripts.pairs(m.group())))
+        size += len(m.group())
+        if size > cap:
+            break
+    return "\n".join(out) if out else None
+
+
+_MIXED = st.text(st.sampled_from("aé —\nメモリ管理字かき\u3099สวัสดี\u0e31\u0e48ກ\u0eb1한국"),
+                 max_size=40)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=_MIXED, cap=st.sampled_from([3, 10, scripts.PAIRS_MAX_CHARS]))
+def test_pairs_of_a_whole_text_are_those_of_its_runs_one_at_a_time(text, cap, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(scripts, "PAIRS_MAX_CHARS", cap)  # past it, only the first runs count
+        assert scripts.bigram_text(text) == _pairs_one_run_at_a_time(text, cap)
 
 
 @settings(max_examples=500, deadline=None)
