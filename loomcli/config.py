@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +93,17 @@ def _lookup(table: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-@dataclass
 class Config:
-    """The loaded config: typed accessors over the raw table, which is kept for saving."""
+    """The loaded config: typed accessors over the raw table, which is kept for saving.
+    `warnings`: unknown keys, for the edges to show. (A plain class: a dataclass costs
+    every cold command, see store.py's records.)"""
 
-    path: Path
-    raw: dict[str, Any] = field(default_factory=dict)
-    exists: bool = False
-    warnings: list[str] = field(default_factory=list)  # unknown keys, for the edges to show
+    def __init__(self, path: Path, raw: dict[str, Any] | None = None, exists: bool = False,
+                 warnings: list[str] | None = None) -> None:
+        self.path = path
+        self.raw: dict[str, Any] = raw if raw is not None else {}
+        self.exists = exists
+        self.warnings: list[str] = warnings if warnings is not None else []
 
     def get(self, key: str) -> Any:
         value = _lookup(self.raw, key)

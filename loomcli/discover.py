@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,16 +30,18 @@ class FileRef(NamedTuple):
     kind: str  # "note", or a document kind: "pdf", "html", "docx", "odt", "pptx", "epub"
 
 
-@dataclass
 class Discovery:
-    root: Path
-    files: list[FileRef] = field(default_factory=list)
-    # Folders ("" for the root itself) that could not be listed, and files that could not
-    # be looked at, with the reason: what is indexed under them is kept, not removed.
-    unreadable: list[tuple[str, str]] = field(default_factory=list)
-    unreadable_files: list[tuple[str, str]] = field(default_factory=list)
-    # Names that are not valid UTF-8 (shown with U+FFFD): cannot be stored or shown.
-    bad_names: list[str] = field(default_factory=list)
+    """What a walk found under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: list[FileRef] = []
+        # Folders ("" for the root itself) that could not be listed, and files that could
+        # not be looked at, with the reason: what is indexed under them is kept.
+        self.unreadable: list[tuple[str, str]] = []
+        self.unreadable_files: list[tuple[str, str]] = []
+        # Names that are not valid UTF-8 (shown with U+FFFD): cannot be stored or shown.
+        self.bad_names: list[str] = []
 
 
 # Documents: always indexed, extracted in worker processes. Extension -> kind.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 MARK = "\n[...]\n"
 STEM_CHARS = 6  # crude stemming: a term matches words that start with its first 6 letters
@@ -50,10 +50,9 @@ quella ogni anche più ma se tra fra invece o e è
 STOPWORDS = frozenset(_FUNCTION_WORDS.split())
 
 
-@dataclass
-class Excerpt:
+class Excerpt(NamedTuple):
     text: str
-    spans: list[tuple[int, int]] = field(default_factory=list)  # character ranges used
+    spans: list[tuple[int, int]]  # character ranges used
     cut: bool = False
 
 

@@ -13,8 +13,7 @@ import json
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from loomcli.errors import QueryError
 from loomcli.store import Store
@@ -29,29 +28,39 @@ ELLIPSIS = "…"
 CASES = ("smart", "ignore", "sensitive")
 
 
-@dataclass
 class Match:
-    path: str
-    line: int
-    offset: int
-    page: int | None
-    text: str
-    before: list[str] = field(default_factory=list)
-    after: list[str] = field(default_factory=list)
-    trimmed: bool = False
-    # With `every`: each match of the line as (byte offset, matched text), and where it
-    # lies in `text` as character spans (for -o and colour; not part of the JSON).
-    parts: list[tuple[int, str]] = field(default_factory=list, compare=False)
-    marks: list[tuple[int, int]] = field(default_factory=list, compare=False)
+    """A matching line, with its context. With `every`: `parts`, each match of the line
+    as (byte offset, matched text), and `marks`, where they lie in `text` as character
+    spans (for -o and colour; not part of the JSON)."""
+
+    __slots__ = ("path", "line", "offset", "page", "text", "before", "after", "trimmed",
+                 "parts", "marks")
+
+    def __init__(self, path: str, line: int, offset: int, page: int | None, text: str,
+                 before: list[str] | None = None, after: list[str] | None = None,
+                 trimmed: bool = False) -> None:
+        self.path, self.line, self.offset, self.page, self.text = path, line, offset, page, text
+        self.before = before if before is not None else []
+        self.after = after if after is not None else []
+        self.trimmed = trimmed
+        self.parts: list[tuple[int, str]] = []
+        self.marks: list[tuple[int, int]] = []
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "offset": self.offset,
                 "page": self.page, "text": self.text, "before": self.before,
                 "after": self.after, "trimmed": self.trimmed}
 
+    def __eq__(self, other: object) -> bool:  # what it says, not where -o's parts lie
+        return isinstance(other, Match) and self.to_dict() == other.to_dict()
 
-@dataclass
-class GrepResult:
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Match({self.to_dict()!r})"
+
+
+class GrepResult(NamedTuple):
     matches: list[Match]
     truncated: bool
 
@@ -184,8 +193,7 @@ def has_uppercase(pattern: str) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(NamedTuple):
     """A compiled grep pattern: `group` is the part of a match that counts (1 for -w,
     whose regex also consumes the non-word characters around the word)."""
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from loomcli.errors import IgnorePatternError
 
@@ -53,8 +52,7 @@ class _Malformed(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(NamedTuple):
     """One compiled pattern line, remembering where it came from."""
 
     text: str

@@ -9,12 +9,12 @@ or by a process of its own (grep_index.py).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,28 +55,29 @@ class ScanInterrupted(KeyboardInterrupt):
         return f"scan interrupted; saved: {done} — the next `loom scan` finishes the rest"
 
 
-@dataclass
 class ScanReport:
-    added: int = 0
-    updated: int = 0
-    moved: int = 0
-    removed: int = 0
-    skipped: int = 0
-    failed: int = 0
-    duration_ms: int = 0
-    errors: list[dict[str, str]] = field(default_factory=list)
-    # Valid files with nothing to index (an image-only PDF): counted in `skipped`, listed
-    # here with the reason; they do not make the exit code 1.
-    skips: list[dict[str, str]] = field(default_factory=list)
-    vectors: dict[str, Any] | None = None  # embeddings.build.EmbedReport, when enabled
-    # Paths in `errors` that failed before and are unchanged (the CLI sums them up).
-    known: set[str] = field(default_factory=set, repr=False)
+    """What a scan did. (A plain class: a dataclass costs every cold command, see
+    store.py's records.)"""
+
+    def __init__(self) -> None:
+        self.added = self.updated = self.moved = self.removed = 0
+        self.skipped = self.failed = self.duration_ms = 0
+        self.errors: list[dict[str, str]] = []
+        # Valid files with nothing to index (an image-only PDF): counted in `skipped`,
+        # listed here with the reason; they do not make the exit code 1.
+        self.skips: list[dict[str, str]] = []
+        self.vectors: dict[str, Any] | None = None  # embeddings.build.EmbedReport, if on
+        # Paths in `errors` that failed before and are unchanged (the CLI sums them up).
+        self.known: set[str] = set()
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        del out["known"]
-        if self.vectors is None:  # embeddings off: the report is as it always was
-            del out["vectors"]
+        out: dict[str, Any] = {
+            "added": self.added, "updated": self.updated, "moved": self.moved,
+            "removed": self.removed, "skipped": self.skipped, "failed": self.failed,
+            "duration_ms": self.duration_ms, "errors": [dict(e) for e in self.errors],
+            "skips": [dict(e) for e in self.skips]}
+        if self.vectors is not None:  # embeddings off: the report is as it always was
+            out["vectors"] = copy.deepcopy(self.vectors)
         return out
 
     @property
@@ -165,14 +166,17 @@ def forget(store: Store, folder: str | Path) -> int:
         return store.remove_root(root.id)
 
 
-@dataclass
 class _Todo:
-    root: Root
-    ref: discover.FileRef
-    row: FileRow | None
-    digest: bytes | None = None
-    data: bytes | None = None
-    retry: bool = False  # extract it again even if its bytes are the same (OCR changed)
+    """A changed or new file; `retry`: extract it again even if its bytes are the same
+    (OCR changed)."""
+
+    __slots__ = ("root", "ref", "row", "digest", "data", "retry")
+
+    def __init__(self, root: Root, ref: discover.FileRef, row: FileRow | None,
+                 retry: bool = False) -> None:
+        self.root, self.ref, self.row, self.retry = root, ref, row, retry
+        self.digest: bytes | None = None
+        self.data: bytes | None = None
 
 
 class _Batch:

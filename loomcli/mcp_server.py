@@ -9,7 +9,7 @@ No match is an empty result (no hits, no matches, an empty answer with nothing u
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from loomcli import __version__, tools
@@ -113,5 +113,7 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
 
 
 def run(config_override: str | None = None) -> None:
-    server = build_server(lambda: replace(Corpus.default(config_override), keep_open=True))
+    from loomcli import config
+
+    server = build_server(lambda: Corpus(config.load(config_override), keep_open=True))
     server.run("stdio")

@@ -18,9 +18,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loomcli.config import Config
 from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
@@ -122,17 +121,24 @@ def check_index_path(path: Any) -> str:
 
 # -- results ------------------------------------------------------------------------------
 
-@dataclass
 class SearchHit:
-    path: str
-    title: str
-    score: float
-    snippet: str  # with store.SNIPPET_START/END around matched words
-    content_len: int
-    match: str = "bm25"  # "bm25" | "semantic" | "both"
-    content: str | None = None  # whole text, or head + best passage (excerpt_chars)
-    truncated: bool = False
-    page: int | None = None  # a PDF's page where the snippet is
+    """A file found: `snippet` has store.SNIPPET_START/END around matched words; `match`
+    is "bm25", "semantic" or "both"; `content` the whole text, or its head and best
+    passage (excerpt_chars), once asked for; `page` a PDF's page where the snippet is.
+    (Records here are plain classes or NamedTuples: see store.py.)"""
+
+    __slots__ = ("path", "title", "score", "snippet", "content_len", "match", "content",
+                 "truncated", "page")
+
+    def __init__(self, path: str, title: str, score: float, snippet: str, content_len: int,
+                 match: str = "bm25", content: str | None = None, truncated: bool = False,
+                 page: int | None = None) -> None:
+        self.path, self.title, self.score, self.snippet = path, title, score, snippet
+        self.content_len, self.match, self.content = content_len, match, content
+        self.truncated, self.page = truncated, page
+
+    def __repr__(self) -> str:
+        return f"SearchHit({self.to_dict()!r})"
 
     def to_dict(self) -> dict[str, Any]:
         from loomcli.store import plain_snippet
@@ -148,10 +154,9 @@ class SearchHit:
         return out
 
 
-@dataclass
-class SearchResult:
+class SearchResult(NamedTuple):
     hits: list[SearchHit]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = []  # noqa: RUF012  (never changed: a NamedTuple's field)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hits": [h.to_dict() for h in self.hits]}
@@ -160,8 +165,7 @@ class SearchResult:
         return out
 
 
-@dataclass
-class TextRange:
+class TextRange(NamedTuple):
     path: str
     offset: int
     length: int
@@ -169,11 +173,10 @@ class TextRange:
     content: str
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self._asdict()
 
 
-@dataclass
-class PageStarts:
+class PageStarts(NamedTuple):
     """Where each page of a paged text (PDF, slides, chapters) starts, in bytes."""
     path: str
     title: str
@@ -181,32 +184,32 @@ class PageStarts:
     pages: list[int] | None  # None: the text has no pages
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self._asdict()
 
 
-@dataclass
-class FileList:
+class FileList(NamedTuple):
     files: list[FileInfo]
 
     def to_dict(self) -> dict[str, Any]:
         return {"files": [f.to_dict() for f in self.files]}
 
 
-@dataclass
 class Status:
-    config: str
-    config_exists: bool
-    index: str
-    counts: dict[str, Any] = field(default_factory=dict)
-    engines: dict[str, str] = field(default_factory=dict)  # what extracts each kind
+    """The index's state; `engines` says what extracts each kind."""
+
+    def __init__(self, config: str, config_exists: bool, index: str,
+                 counts: dict[str, Any] | None = None, engines: dict[str, str] | None = None
+                 ) -> None:
+        self.config, self.config_exists, self.index = config, config_exists, index
+        self.counts: dict[str, Any] = counts if counts is not None else {}
+        self.engines: dict[str, str] = engines if engines is not None else {}
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "index": self.index, **self.counts,
                 "engines": self.engines}
 
 
-@dataclass
-class Setting:
+class Setting(NamedTuple):
     """One config key as loom uses it: its value and where that comes from (`file`, or
     `default`; a key with no default and no value is `unset`)."""
 
@@ -215,7 +218,7 @@ class Setting:
     origin: str
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self._asdict()
 
 
 def _default(cfg: Config, key: str) -> Any:
@@ -345,16 +348,16 @@ def _drop_kept_store(path: Path) -> None:
 
 # -- the corpus ---------------------------------------------------------------------------
 
-@dataclass
 class Corpus:
-    """One index with its config: the default one, or DIR/<name>/ of `serve --corpus-root`."""
+    """One index with its config: the default one, or DIR/<name>/ of `serve --corpus-root`.
+    `roots`: scan these instead of the config's notes_dirs. `keep_open`: servers (HTTP,
+    MCP) keep one read connection per thread and index instead of opening the index for
+    every request (measured: a fifth of a search's time)."""
 
-    config: Config
-    roots: list[Path] | None = None  # scan these instead of the config's notes_dirs
-    db_path: Path | None = None
-    # Servers (HTTP, MCP) keep one read connection per thread and index instead of
-    # opening the index for every request (measured: a fifth of a search's time).
-    keep_open: bool = False
+    def __init__(self, config: Config, roots: list[Path] | None = None,
+                 db_path: Path | None = None, keep_open: bool = False) -> None:
+        self.config, self.roots, self.db_path, self.keep_open = (config, roots, db_path,
+                                                                 keep_open)
 
     @classmethod
     def default(cls, config_override: str | None = None) -> Corpus:

@@ -30,8 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from loomcli.excerpt import STOPWORDS, retrieval_query
 from loomcli.store import Store, query_words
@@ -129,8 +128,7 @@ def identifiers(query: str) -> list[str]:
     return out
 
 
-@dataclass
-class Plan:
+class Plan(NamedTuple):
     """What a query asks for."""
 
     text: str
@@ -150,16 +148,14 @@ def plan(query: str) -> Plan:
     return Plan(query, content, phrases, len(words) > QUESTION_WORDS, language(query))
 
 
-@dataclass
-class Ranked:
+class Ranked(NamedTuple):
     file_id: int
     score: float
     match: str  # "bm25" | "semantic" | "both"
     near: int | None = None  # byte offset of the passage that matched by meaning
 
 
-@dataclass
-class Weights:
+class Weights(NamedTuple):
     """The fusion's weights: module constants unless a benchmark tries others."""
 
     passage_bm25: float = PASSAGE_BM25_WEIGHT
@@ -169,7 +165,7 @@ class Weights:
     cross_language: float = CROSS_LANGUAGE_BM25
     floor: float | None = None  # None: floor(index)
     pins: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = {}  # noqa: RUF012  (read, never changed)
 
 
 def bm25(store: Store, query: str, limit: int, operator: str = "auto",

@@ -16,7 +16,6 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
@@ -35,8 +34,10 @@ QUERY_TERMS_MAX = 64  # words of a query that count; the rest are dropped
 _WORDS = re.compile(r"\w+")
 
 
-@dataclass(frozen=True)
-class Root:
+# Records are NamedTuples or plain classes, not dataclasses: a dataclass costs a cold
+# command ~2.5 M instructions to make and `import dataclasses` 40 M more (inspect, ast),
+# a third of a cold `loom grep` (docs/benchmarks.md, "Cold start").
+class Root(NamedTuple):
     id: int
     path: str
     name: str
@@ -64,8 +65,7 @@ class FileRow(NamedTuple):
     ocr: str | None = None
 
 
-@dataclass
-class Hit:
+class Hit(NamedTuple):
     path: str
     title: str
     score: float
@@ -75,8 +75,7 @@ class Hit:
     page: int | None = None  # a PDF's page where the snippet is (from 1)
 
 
-@dataclass
-class FileInfo:
+class FileInfo(NamedTuple):
     path: str
     title: str
     kind: str

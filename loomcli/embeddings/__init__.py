@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from loomcli.config import Config
 from loomcli.errors import ConfigError, LoomError
@@ -61,8 +60,7 @@ def identity(provider: str, model: str) -> str:
     return f"{provider}:{model}"
 
 
-@dataclass
-class Settings:
+class Settings(NamedTuple):
     enabled: bool
     provider: str
     model: str
