@@ -14,10 +14,13 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from loomcli import paths
 from loomcli.errors import ConfigError
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_EXTENSIONS = ("md", "markdown", "txt", "text", "rst", "org", "adoc")
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from loomcli.operations import Corpus
 
 

@@ -11,23 +11,26 @@ import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from loomcli import ignore
 from loomcli.errors import IgnorePatternError, RootError
 from loomcli.extract import IMAGES
+from loomcli.records import Record
 
 IGNORE_FILE = ".loomignore"
 
 
-class FileRef(NamedTuple):
+class FileRef(Record):
     """A file the walk found (a tuple: made for every file on every scan)."""
 
-    relpath: str  # relative to the root, "/" separators
-    abspath: str
-    size: int
-    mtime_ns: int
-    kind: str  # "note", or a document kind: "pdf", "html", "docx", "odt", "pptx", "epub"
+    __slots__ = ("relpath", "abspath", "size", "mtime_ns", "kind")
+
+    def __init__(self, relpath: str, abspath: str, size: int, mtime_ns: int, kind: str) -> None:
+        self.relpath = relpath  # relative to the root, "/" separators
+        self.abspath = abspath
+        self.size = size
+        self.mtime_ns = mtime_ns
+        self.kind = kind  # "note", or a document kind: "pdf", "html", "docx", "odt", "pptx", "epub"
 
 
 class Discovery:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left
-from typing import NamedTuple
+
+from loomcli.records import Record
 
 MARK = "\n[...]\n"
 STEM_CHARS = 6  # crude stemming: a term matches words that start with its first 6 letters
@@ -50,10 +51,13 @@ quella ogni anche più ma se tra fra invece o e è
 STOPWORDS = frozenset(_FUNCTION_WORDS.split())
 
 
-class Excerpt(NamedTuple):
-    text: str
-    spans: list[tuple[int, int]]  # character ranges used
-    cut: bool = False
+class Excerpt(Record):
+    __slots__ = ("text", "spans", "cut")
+
+    def __init__(self, text: str, spans: list[tuple[int, int]], cut: bool = False) -> None:
+        self.text = text
+        self.spans = spans  # character ranges used
+        self.cut = cut
 
 
 def retrieval_query(question: str) -> str:

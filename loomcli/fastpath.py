@@ -20,7 +20,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 FLAG, OFF, TEXT, NUMBER, COUNT, MANY = "flag", "off", "text", "number", "count", "many"
 # COUNT: a number of at least 1 (grep --limit, an IntRange(min=1) in typer)

@@ -13,11 +13,15 @@ import json
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
 
 from loomcli.errors import QueryError
+from loomcli.records import Record
 from loomcli.store import Store
 from loomcli.trigrams import query_for
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 RE2_MAX_MEM = 64 << 20
 LONG_LINE = 1000  # bytes: longer lines are trimmed around the match
@@ -60,9 +64,12 @@ class Match:
         return f"Match({self.to_dict()!r})"
 
 
-class GrepResult(NamedTuple):
-    matches: list[Match]
-    truncated: bool
+class GrepResult(Record):
+    __slots__ = ("matches", "truncated")
+
+    def __init__(self, matches: list[Match], truncated: bool) -> None:
+        self.matches = matches
+        self.truncated = truncated
 
     def to_dict(self) -> dict[str, Any]:
         return {"matches": [m.to_dict() for m in self.matches], "truncated": self.truncated}
@@ -193,13 +200,16 @@ def has_uppercase(pattern: str) -> bool:
     return False
 
 
-class Pattern(NamedTuple):
+class Pattern(Record):
     """A compiled grep pattern: `group` is the part of a match that counts (1 for -w,
     whose regex also consumes the non-word characters around the word)."""
 
-    text: str  # the pattern as RE2 syntax, before -w wraps it (for the trigram query)
-    regex: Any
-    group: int = 0
+    __slots__ = ("text", "regex", "group")
+
+    def __init__(self, text: str, regex: Any, group: int = 0) -> None:
+        self.text = text  # the pattern as RE2 syntax, before -w wraps it (for the trigram query)
+        self.regex = regex
+        self.group = group
 
 
 def build(pattern: str, *, case: str = "ignore", fixed: bool = False, word: bool = False

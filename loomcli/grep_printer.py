@@ -9,8 +9,8 @@ where they overlap and `--` between groups, as ripgrep does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from loomcli.grep import Match
 

@@ -22,9 +22,13 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
 
 from loomcli.errors import IgnorePatternError
+from loomcli.records import Record
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 _SPECIAL = b"*?[\\"
 
@@ -52,17 +56,22 @@ class _Malformed(Exception):
     pass
 
 
-class Pattern(NamedTuple):
+class Pattern(Record):
     """One compiled pattern line, remembering where it came from."""
 
-    text: str
-    regex: Any  # an RE2 regex: linear time in the name, whatever the pattern
-    negative: bool
-    dir_only: bool
-    basename_only: bool  # no slash in the pattern: matched against the last component
-    base: bytes  # folder (with trailing /) of the ignore file, b"" at the root
-    source: str
-    line: int
+    __slots__ = ("text", "regex", "negative", "dir_only", "basename_only", "base", "source", "line")
+
+    def __init__(self, text: str, regex: Any, negative: bool, dir_only: bool, basename_only: bool,
+                 base: bytes, source: str, line: int) -> None:
+        self.text = text
+        self.regex = regex  # an RE2 regex: linear time in the name, whatever the pattern
+        self.negative = negative
+        self.dir_only = dir_only
+        # no slash in the pattern: matched against the last component
+        self.basename_only = basename_only
+        self.base = base  # folder (with trailing /) of the ignore file, b"" at the root
+        self.source = source
+        self.line = line
 
     def matches(self, relpath: bytes, basename: bytes, is_dir: bool) -> bool:
         if self.dir_only and not is_dir:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from loomcli import discover, grep_index
 from loomcli.config import Config
@@ -26,7 +25,10 @@ from loomcli.extract.text import extract_note
 from loomcli.locks import write_lock
 from loomcli.store import FileRow, Root, Store
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:  # OCR's module is imported once a scan meets a document
+    from typing import Any
+
     from loomcli.extract.ocr import OcrSettings
 
 BATCH_FILES = 200

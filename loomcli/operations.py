@@ -19,12 +19,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loomcli.config import Config
 from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
+from loomcli.records import Record
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from loomcli.ask import Answer, Prompt
     from loomcli.ask.window import Budget
     from loomcli.grep import GrepResult, Match
@@ -154,9 +157,13 @@ class SearchHit:
         return out
 
 
-class SearchResult(NamedTuple):
-    hits: list[SearchHit]
-    warnings: list[str] = []  # noqa: RUF012  (never changed: a NamedTuple's field)
+class SearchResult(Record):
+    __slots__ = ("hits", "warnings")
+
+    def __init__(self, hits: list[SearchHit], warnings: list[str] | None = None) -> None:
+        self.hits = hits
+        # noqa: RUF012  (never changed: a NamedTuple's field)
+        self.warnings: list[str] = warnings if warnings is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hits": [h.to_dict() for h in self.hits]}
@@ -165,30 +172,40 @@ class SearchResult(NamedTuple):
         return out
 
 
-class TextRange(NamedTuple):
-    path: str
-    offset: int
-    length: int
-    content_len: int
-    content: str
+class TextRange(Record):
+    __slots__ = ("path", "offset", "length", "content_len", "content")
+
+    def __init__(self, path: str, offset: int, length: int, content_len: int, content: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.length = length
+        self.content_len = content_len
+        self.content = content
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
 
 
-class PageStarts(NamedTuple):
+class PageStarts(Record):
     """Where each page of a paged text (PDF, slides, chapters) starts, in bytes."""
-    path: str
-    title: str
-    content_len: int
-    pages: list[int] | None  # None: the text has no pages
+
+    __slots__ = ("path", "title", "content_len", "pages")
+
+    def __init__(self, path: str, title: str, content_len: int, pages: list[int] | None) -> None:
+        self.path = path
+        self.title = title
+        self.content_len = content_len
+        self.pages = pages  # None: the text has no pages
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
 
 
-class FileList(NamedTuple):
-    files: list[FileInfo]
+class FileList(Record):
+    __slots__ = ("files",)
+
+    def __init__(self, files: list[FileInfo]) -> None:
+        self.files = files
 
     def to_dict(self) -> dict[str, Any]:
         return {"files": [f.to_dict() for f in self.files]}
@@ -209,13 +226,16 @@ class Status:
                 "engines": self.engines}
 
 
-class Setting(NamedTuple):
+class Setting(Record):
     """One config key as loom uses it: its value and where that comes from (`file`, or
     `default`; a key with no default and no value is `unset`)."""
 
-    key: str
-    value: Any
-    origin: str
+    __slots__ = ("key", "value", "origin")
+
+    def __init__(self, key: str, value: Any, origin: str) -> None:
+        self.key = key
+        self.value = value
+        self.origin = origin
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()

@@ -30,10 +30,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
 
 from loomcli.excerpt import STOPWORDS, retrieval_query
+from loomcli.records import Record
 from loomcli.store import Store, query_words
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 RRF_K = 60
 FILE_CANDIDATES = 50  # files BM25 ranks as whole files
@@ -128,14 +132,18 @@ def identifiers(query: str) -> list[str]:
     return out
 
 
-class Plan(NamedTuple):
+class Plan(Record):
     """What a query asks for."""
 
-    text: str
-    content: str  # without function words: what BM25 ranks by
-    phrases: list[str]  # "quoted phrases"
-    question: bool  # more than QUESTION_WORDS content words
-    language: str | None
+    __slots__ = ("text", "content", "phrases", "question", "language")
+
+    def __init__(self, text: str, content: str, phrases: list[str], question: bool,
+                 language: str | None) -> None:
+        self.text = text
+        self.content = content  # without function words: what BM25 ranks by
+        self.phrases = phrases  # "quoted phrases"
+        self.question = question  # more than QUESTION_WORDS content words
+        self.language = language
 
 
 def plan(query: str) -> Plan:
@@ -148,24 +156,36 @@ def plan(query: str) -> Plan:
     return Plan(query, content, phrases, len(words) > QUESTION_WORDS, language(query))
 
 
-class Ranked(NamedTuple):
-    file_id: int
-    score: float
-    match: str  # "bm25" | "semantic" | "both"
-    near: int | None = None  # byte offset of the passage that matched by meaning
+class Ranked(Record):
+    __slots__ = ("file_id", "score", "match", "near")
+
+    def __init__(self, file_id: int, score: float, match: str, near: int | None = None) -> None:
+        self.file_id = file_id
+        self.score = score
+        self.match = match  # "bm25" | "semantic" | "both"
+        self.near = near  # byte offset of the passage that matched by meaning
 
 
-class Weights(NamedTuple):
+class Weights(Record):
     """The fusion's weights: module constants unless a benchmark tries others."""
 
-    passage_bm25: float = PASSAGE_BM25_WEIGHT
-    passage_vector: float = PASSAGE_VECTOR_WEIGHT
-    file_bm25: float = FILE_BM25_WEIGHT
-    file_vector: float = FILE_VECTOR_WEIGHT
-    cross_language: float = CROSS_LANGUAGE_BM25
-    floor: float | None = None  # None: floor(index)
-    pins: bool = True
-    extra: dict[str, Any] = {}  # noqa: RUF012  (read, never changed)
+    __slots__ = ("passage_bm25", "passage_vector", "file_bm25", "file_vector", "cross_language",
+                 "floor", "pins", "extra")
+
+    def __init__(self, passage_bm25: float = PASSAGE_BM25_WEIGHT,
+                 passage_vector: float = PASSAGE_VECTOR_WEIGHT, file_bm25: float = FILE_BM25_WEIGHT,
+                 file_vector: float = FILE_VECTOR_WEIGHT,
+                 cross_language: float = CROSS_LANGUAGE_BM25, floor: float | None = None,
+                 pins: bool = True, extra: dict[str, Any] | None = None) -> None:
+        self.passage_bm25 = passage_bm25
+        self.passage_vector = passage_vector
+        self.file_bm25 = file_bm25
+        self.file_vector = file_vector
+        self.cross_language = cross_language
+        self.floor = floor  # None: floor(index)
+        self.pins = pins
+        # noqa: RUF012  (read, never changed)
+        self.extra: dict[str, Any] = extra if extra is not None else {}
 
 
 def bm25(store: Store, query: str, limit: int, operator: str = "auto",

@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from operator import add
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Han (with extensions and compatibility forms), kana (half-width too), Hangul, Thai,
 # Lao, Khmer and Myanmar.

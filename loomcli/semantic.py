@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from loomcli.store import Store
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 POOL = 2000  # passages closest to the query that rank the files (file-level ranking)
 

@@ -17,12 +17,16 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
 
 from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
 from loomcli.migrations import CHUNK_SHIFT, check_owner, chunk_texts, migrate
+from loomcli.records import Record
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SNIPPET_START, SNIPPET_END = "\x02", "\x03"  # highlight markers, rendered by the edges
 SNIPPET_TOKENS = 16
@@ -37,51 +41,68 @@ _WORDS = re.compile(r"\w+")
 # Records are NamedTuples or plain classes, not dataclasses: a dataclass costs a cold
 # command ~2.5 M instructions to make and `import dataclasses` 40 M more (inspect, ast),
 # a third of a cold `loom grep` (docs/benchmarks.md, "Cold start").
-class Root(NamedTuple):
-    id: int
-    path: str
-    name: str
-    prefix: str = ""  # fixed when the root is added: "" for the first, else a folder name
+class Root(Record):
+    __slots__ = ("id", "path", "name", "prefix")
+
+    def __init__(self, id: int, path: str, name: str, prefix: str = "") -> None:
+        self.id = id
+        self.path = path
+        self.name = name
+        self.prefix = prefix  # fixed when the root is added: "" for the first, else a folder name
 
 
-class FileRow(NamedTuple):
+class FileRow(Record):
     """A row of `files`; a tuple, made by the thousand on every scan (5,127 on the kernel
     docs' rescan: a dataclass took 3x as long)."""
 
-    id: int
-    root_id: int
-    relpath: str
-    kind: str
-    size: int
-    mtime_ns: int
-    hash: bytes | None
-    title: str
-    content_len: int
-    indexed_at: float | None
-    error: str | None
-    skip: str | None = None  # why a valid file holds nothing to index
-    # The OCR fingerprint (extract.ocr.fingerprint) the file's outcome depended on: a
-    # failure, skip or text short of scanned pages for want of OCR. None: it did not.
-    ocr: str | None = None
+    __slots__ = ("id", "root_id", "relpath", "kind", "size", "mtime_ns", "hash", "title",
+                 "content_len", "indexed_at", "error", "skip", "ocr")
+
+    def __init__(self, id: int, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
+                 hash: bytes | None, title: str, content_len: int, indexed_at: float | None,
+                 error: str | None, skip: str | None = None, ocr: str | None = None) -> None:
+        self.id = id
+        self.root_id = root_id
+        self.relpath = relpath
+        self.kind = kind
+        self.size = size
+        self.mtime_ns = mtime_ns
+        self.hash = hash
+        self.title = title
+        self.content_len = content_len
+        self.indexed_at = indexed_at
+        self.error = error
+        self.skip = skip  # why a valid file holds nothing to index
+        # The OCR fingerprint (extract.ocr.fingerprint) the file's outcome depended on: a
+        # failure, skip or text short of scanned pages for want of OCR. None: it did not.
+        self.ocr = ocr
 
 
-class Hit(NamedTuple):
-    path: str
-    title: str
-    score: float
-    snippet: str
-    file_id: int
-    content_len: int  # bytes of the whole extracted text
-    page: int | None = None  # a PDF's page where the snippet is (from 1)
+class Hit(Record):
+    __slots__ = ("path", "title", "score", "snippet", "file_id", "content_len", "page")
+
+    def __init__(self, path: str, title: str, score: float, snippet: str, file_id: int,
+                 content_len: int, page: int | None = None) -> None:
+        self.path = path
+        self.title = title
+        self.score = score
+        self.snippet = snippet
+        self.file_id = file_id
+        self.content_len = content_len  # bytes of the whole extracted text
+        self.page = page  # a PDF's page where the snippet is (from 1)
 
 
-class FileInfo(NamedTuple):
-    path: str
-    title: str
-    kind: str
-    content_len: int
-    indexed_at: float
-    file_id: int
+class FileInfo(Record):
+    __slots__ = ("path", "title", "kind", "content_len", "indexed_at", "file_id")
+
+    def __init__(self, path: str, title: str, kind: str, content_len: int, indexed_at: float,
+                 file_id: int) -> None:
+        self.path = path
+        self.title = title
+        self.kind = kind
+        self.content_len = content_len
+        self.indexed_at = indexed_at
+        self.file_id = file_id
 
     def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "title": self.title, "kind": self.kind,
@@ -496,7 +517,7 @@ class Store:
         return FileRow(*row)
 
     def files_under(self, root_id: int) -> dict[str, FileRow]:
-        rows = map(FileRow._make, self.conn.execute(
+        rows = (FileRow(*row) for row in self.conn.execute(
             f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,)))
         return {row.relpath: row for row in rows}
 

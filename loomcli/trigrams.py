@@ -14,7 +14,10 @@ parser fails or the pattern is refused up front, and loom scans linearly.
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_ALTERNATIVES = 16  # an OR of more branches than this says too little to be worth it
 MAX_TRIGRAMS = 24  # per literal: more adds little selectivity and costs query time
@@ -22,7 +25,8 @@ MAX_TRIGRAMS = 24  # per literal: more adds little selectivity and costs query t
 # Where RE2 and Python's parser disagree: refuse rather than guess.
 _UNSURE = re.compile(r"\[:|\\[pPQECzx]|\(\?[a-zA-Z]*U|\(\?P=|\\[0-9]")
 
-Query = tuple[str, Any] | None  # ("lit", str) | ("and", [...]) | ("or", [...]); None: any
+if TYPE_CHECKING:
+    Query = tuple[str, Any] | None  # ("lit", str) | ("and", [...]) | ("or", [...]); None: any
 
 
 def query_for(pattern: str) -> str | None:

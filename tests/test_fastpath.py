@@ -174,6 +174,9 @@ def test_the_fast_commands_answer_without_importing_typer(corpus: dict[str, Path
                    if line.startswith("import time:")}
         assert {"loomcli.reading", "loomcli.scanning"} & modules
         assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}
+        # Nor typing and dataclasses (with inspect and ast): over half of what a cold
+        # grep executed (loomcli/records.py).
+        assert not modules & {"typing", "dataclasses", "inspect", "ast"}, args
     out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
                          ["grep", "--help"], corpus)
     assert code == 0 and "typer" in err  # help is typer's

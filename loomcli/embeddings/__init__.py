@@ -16,13 +16,25 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from loomcli.config import Config
 from loomcli.errors import ConfigError, LoomError
+from loomcli.records import Record
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
+    from typing import Any, Protocol
+
     import numpy as np
+
+    class Embedder(Protocol):
+        provider: str
+        model: str
+
+        @property
+        def identity(self) -> str: ...  # stored with every vector: "provider:model"
+
+        def embed(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit rows
 
 # Passages: about CHUNK_CHARS characters, cut at a paragraph or line end, each starting
 # OVERLAP_CHARS before the previous one ended (an answer on a cut is whole in one of
@@ -46,24 +58,17 @@ class EmbeddingsError(LoomError):
     """The embeddings provider is unreachable, failing, or its model is missing."""
 
 
-class Embedder(Protocol):
-    provider: str
-    model: str
-
-    @property
-    def identity(self) -> str: ...  # stored with every vector: "provider:model"
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit rows
-
-
 def identity(provider: str, model: str) -> str:
     return f"{provider}:{model}"
 
 
-class Settings(NamedTuple):
-    enabled: bool
-    provider: str
-    model: str
+class Settings(Record):
+    __slots__ = ("enabled", "provider", "model")
+
+    def __init__(self, enabled: bool, provider: str, model: str) -> None:
+        self.enabled = enabled
+        self.provider = provider
+        self.model = model
 
     @property
     def identity(self) -> str:

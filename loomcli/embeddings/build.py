@@ -17,12 +17,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli.embeddings import (
     CHUNK_CHARS,
     CHUNKS_PER_FILE_MAX,
-    Embedder,
     EmbeddingsError,
     builtin,
     passages,
@@ -31,6 +30,9 @@ from loomcli.embeddings import (
 )
 from loomcli.extract.pool import worker_context
 from loomcli.store import Store
+
+if TYPE_CHECKING:
+    from loomcli.embeddings import Embedder
 
 BATCH_SECONDS = 2.0
 FEW_FILES = 8  # this many files or fewer are embedded in the scan's own process
