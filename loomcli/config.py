@@ -99,7 +99,7 @@ def _lookup(table: Mapping[str, Any], dotted: str) -> Any:
 class Config:
     """The loaded config: typed accessors over the raw table, which is kept for saving.
     `warnings`: unknown keys, for the edges to show. (A plain class: a dataclass costs
-    every cold command, see store.py's records.)"""
+    every cold command, see records.py.)"""
 
     def __init__(self, path: Path, raw: dict[str, Any] | None = None, exists: bool = False,
                  warnings: list[str] | None = None) -> None:

@@ -21,7 +21,7 @@ IGNORE_FILE = ".loomignore"
 
 
 class FileRef(Record):
-    """A file the walk found (a tuple: made for every file on every scan)."""
+    """A file the walk found."""
 
     __slots__ = ("relpath", "abspath", "size", "mtime_ns", "kind")
 

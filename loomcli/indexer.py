@@ -59,7 +59,7 @@ class ScanInterrupted(KeyboardInterrupt):
 
 class ScanReport:
     """What a scan did. (A plain class: a dataclass costs every cold command, see
-    store.py's records.)"""
+    records.py.)"""
 
     def __init__(self) -> None:
         self.added = self.updated = self.moved = self.removed = 0

@@ -128,7 +128,7 @@ class SearchHit:
     """A file found: `snippet` has store.SNIPPET_START/END around matched words; `match`
     is "bm25", "semantic" or "both"; `content` the whole text, or its head and best
     passage (excerpt_chars), once asked for; `page` a PDF's page where the snippet is.
-    (Records here are plain classes or NamedTuples: see store.py.)"""
+    (Records here are plain classes: see records.py.)"""
 
     __slots__ = ("path", "title", "score", "snippet", "content_len", "match", "content",
                  "truncated", "page")
@@ -162,7 +162,6 @@ class SearchResult(Record):
 
     def __init__(self, hits: list[SearchHit], warnings: list[str] | None = None) -> None:
         self.hits = hits
-        # noqa: RUF012  (never changed: a NamedTuple's field)
         self.warnings: list[str] = warnings if warnings is not None else []
 
     def to_dict(self) -> dict[str, Any]:

@@ -184,7 +184,6 @@ class Weights(Record):
         self.cross_language = cross_language
         self.floor = floor  # None: floor(index)
         self.pins = pins
-        # noqa: RUF012  (read, never changed)
         self.extra: dict[str, Any] = extra if extra is not None else {}
 
 

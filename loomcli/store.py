@@ -38,9 +38,6 @@ QUERY_TERMS_MAX = 64  # words of a query that count; the rest are dropped
 _WORDS = re.compile(r"\w+")
 
 
-# Records are NamedTuples or plain classes, not dataclasses: a dataclass costs a cold
-# command ~2.5 M instructions to make and `import dataclasses` 40 M more (inspect, ast),
-# a third of a cold `loom grep` (docs/benchmarks.md, "Cold start").
 class Root(Record):
     __slots__ = ("id", "path", "name", "prefix")
 
@@ -52,8 +49,7 @@ class Root(Record):
 
 
 class FileRow(Record):
-    """A row of `files`; a tuple, made by the thousand on every scan (5,127 on the kernel
-    docs' rescan: a dataclass took 3x as long)."""
+    """A row of `files` (5,127 of them made on the kernel docs' rescan)."""
 
     __slots__ = ("id", "root_id", "relpath", "kind", "size", "mtime_ns", "hash", "title",
                  "content_len", "indexed_at", "error", "skip", "ocr")

@@ -14,7 +14,7 @@ class Extracted:
     """A file's text and title. `pages`: the byte offset (in the UTF-8 text) where each
     page starts, None for notes. `ocr`: scanned pages were left unread for want of OCR,
     so the scan reads the file again once OCR is on (see ocr.fingerprint). A plain class,
-    as store.py's records (a dataclass costs every cold command)."""
+    as records.py says (a dataclass costs every cold command)."""
 
     __slots__ = ("text", "title", "pages", "engine", "ocr")
 
