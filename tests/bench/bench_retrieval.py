@@ -371,7 +371,7 @@ def main() -> None:
             print(line, flush=True)
 
     print("\nsimilarity floor: best passage cosine")
-    floor_report("", sets, index, vectors, paths, embedder)
+    floor_report("", sets, index, vectors, paths, embedder, among)
     if mini is not None:
         floor_report("MiniLM, ", sets, m_index, m_vectors, m_paths, m_embedder, m_among)
     if args.cost:
