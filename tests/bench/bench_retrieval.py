@@ -5,7 +5,19 @@
 WORK/meaning.toml points at an index of the kernel docs (root "kernel"), the LaTeX
 manuals (root "texlive-doc") and python3.11-doc's HTML pages (root "python") with the
 built-in model's vectors (tests/bench/bench_retrieval.py --build makes it; see
-docs/benchmarks.md for the subcorpus used). Two sets of questions:
+docs/benchmarks.md for the subcorpus used). The folder for `--build`, from Debian's
+linux-doc-6.1, python3.11-doc and texlive-latex-base-doc (1,803 files):
+
+    D=/usr/share/doc; C=/tmp/i25corpus
+    cd $D/linux-doc-6.1/Documentation && find admin-guide dev-tools driver-api \
+        filesystems mm networking process timers -name '*.rst.gz' -o -name '*.txt.gz' |
+        while read f; do mkdir -p $C/kernel/${f%/*}; zcat $f > $C/kernel/${f%.gz}; done
+    cd $D/python3.11-doc/html && find tutorial library howto faq reference -name '*.html' |
+        while read f; do mkdir -p $C/python/${f%/*}; cp $f $C/python/$f; done
+    dpkg -L texlive-latex-base-doc | grep -E '\.(pdf|html|txt)$' | while read f; do
+        r=${f#$D/texlive-doc/}; mkdir -p $C/texlive-doc/${r%/*}; cp $f $C/texlive-doc/$r; done
+
+Two sets of questions:
 
 - tests/bench/eval/questions.toml (80: everyday English, Italian, documents' words;
   kernel docs and LaTeX manuals), the set the earlier recipe was tuned on;
@@ -27,7 +39,11 @@ The second built-in model (all-MiniLM-L6-v2, `[embeddings] model = "minilm"`):
 MINILM/index.db holds the same corpus's text (a text-only scan); `--embed-pool` gives
 MiniLM vectors (loom's own scan step, embed_pending) to the files of the pool only:
 every target file plus `--pool` others drawn at random (seed 25). Embedding the whole
-subcorpus with MiniLM took hours on the shared 2-core machine. With `--pool`, every
+subcorpus with MiniLM takes an hour or more on the shared 2-core machine (5-8 passages/s
+under load, 37,954 passages). `--build
+CORPUS --minilm MINILM` builds MINILM as a user would, every file with MiniLM's vectors
+(`loom scan` with `[embeddings] model = "minilm"`), after WORK; then run without
+`--pool` for both models on the whole corpus. With `--pool`, every
 recipe of both models ranks the pool's files only (BM25's statistics stay the whole
 corpus's), so its figures compare with each other, not with a run without `--pool`.
 `--cost` times both models on the same 256 passages in this process (passages/s, one
@@ -53,16 +69,19 @@ NONSENSE = ["zzzzqqq", "qwpoeiruty asdfjkl", "xkcd zorblat fnord", "asdf", "blor
             "9f8e7d6c", "ghjkl mnbvc", "flurbo wibble", "qqq www eee"]
 
 
-def build(work: Path, corpus: Path) -> None:
-    """Index WORK's corpus: text first, then the built-in model's vectors."""
+def build(work: Path, corpus: Path, model: str | None = None) -> None:
+    """Index WORK's corpus: text first, then a built-in model's vectors (the default
+    model's, or `model`'s: `[embeddings] model = "minilm"`)."""
     import subprocess
 
+    work.mkdir(parents=True, exist_ok=True)
     db = work / "index.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     base = f'db_path = "{db}"\nextensions = ["rst", "txt"]\n'
+    chosen = f'model = "{model}"\n' if model else ""
     (work / "text.toml").write_text(base + "[embeddings]\nenabled = false\n")
-    (work / "meaning.toml").write_text(base + "[embeddings]\nenabled = true\n")
+    (work / "meaning.toml").write_text(base + "[embeddings]\nenabled = true\n" + chosen)
     loom = [sys.executable, "-m", "loomcli"]
     for name, args in (("text", ["scan", *(str(corpus / r) for r in
                                           ("kernel", "texlive-doc", "python"))]),
@@ -70,8 +89,9 @@ def build(work: Path, corpus: Path) -> None:
         env = {**os.environ, "LOOM_CONFIG": str(work / f"{name}.toml")}
         t = time.perf_counter()
         subprocess.run([*loom, *args], env=env, check=False)
-        print(f"scan ({name}): {time.perf_counter() - t:.1f} s, index "
-              f"{os.path.getsize(db) / 1e6:.1f} MB")
+        print(f"scan ({name}{', ' + model if model else ''}): "
+              f"{time.perf_counter() - t:.1f} s, index {os.path.getsize(db) / 1e6:.1f} MB",
+              flush=True)
 
 
 class Cached:
@@ -210,7 +230,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=Path("/tmp/i25eval"))
     ap.add_argument("--build", type=Path, help="a folder holding kernel/, texlive-doc/, "
-                    "python/: index it first")
+                    "python/: index it first (and, with --minilm, into MINILM with "
+                    "MiniLM's vectors for every file)")
     ap.add_argument("--grid", action="store_true")
     ap.add_argument("--minilm", type=Path, help="an index of the same corpus for MiniLM")
     ap.add_argument("--pool", type=int, help="rank among the targets and this many others")
@@ -221,6 +242,8 @@ def main() -> None:
         os.environ.setdefault(name, "1")
     if args.build:
         build(args.work, args.build)
+        if args.minilm:
+            build(args.minilm, args.build, "minilm")
     os.environ["LOOM_CONFIG"] = str(args.work / "meaning.toml")
 
     from loomcli import retrieve, semantic
@@ -348,7 +371,7 @@ def main() -> None:
             print(line, flush=True)
 
     print("\nsimilarity floor: best passage cosine")
-    floor_report("", sets, index, vectors, paths, embedder)
+    floor_report("", sets, index, vectors, paths, embedder, among)
     if mini is not None:
         floor_report("MiniLM, ", sets, m_index, m_vectors, m_paths, m_embedder, m_among)
     if args.cost:
