@@ -46,12 +46,16 @@ class ScanInterrupted(KeyboardInterrupt):
     """Ctrl-C during a scan (still a KeyboardInterrupt to watch and the servers), with
     what was committed before it: the next scan finishes the rest."""
 
-    def __init__(self, saved: dict[str, int]) -> None:
+    def __init__(self, saved: dict[str, int], vectors: bool = False) -> None:
         super().__init__()
         self.saved = saved
+        self.vectors = vectors  # stopped while making vectors: every text was saved
 
     def summary(self) -> str:
         done = ", ".join(f"{k} {v}" for k, v in self.saved.items())
+        if self.vectors:
+            return (f"scan interrupted while making vectors; saved: {done}, and the vectors "
+                    "made so far — the next `loom scan` makes the rest")
         if not any(self.saved.values()):
             return "scan interrupted before any change was saved — run `loom scan` again"
         return f"scan interrupted; saved: {done} — the next `loom scan` finishes the rest"
@@ -232,6 +236,7 @@ class Indexer:
         self.on_change = on_change
         self.grep_inline_bytes = grep_inline_bytes
         self._builder_lock: int | None = None  # grep_index.after_scan's hand-off
+        self._embedding = False  # the texts are saved, vectors are being made
         self._ocr: OcrSettings | None = None  # decided once a scan, when first needed
         self._ocr_fingerprint: str | None = None
         self._start = 0.0
@@ -263,12 +268,13 @@ class Indexer:
             found.append(discover.walk(root, patterns, self.config.extensions))
         self._start = start
         self._builder_lock = None
+        self._embedding = False
         try:
             with write_lock(self.store.path, self.on_wait):
                 try:
                     self._apply(found, report, force)
                 except KeyboardInterrupt:
-                    raise ScanInterrupted(self._saved) from None
+                    raise ScanInterrupted(self._saved, self._embedding) from None
         except BaseException:
             if self._builder_lock is not None:
                 os.close(self._builder_lock)
@@ -382,6 +388,7 @@ class Indexer:
         # process of its own once this scan is done (grep_index.py).
         self._builder_lock = grep_index.after_scan(store, self.grep_inline_bytes)
         if self.config.get("embeddings.enabled"):
+            self._embedding = True
             report.vectors = self._embed().to_dict()
         report.duration_ms = int((self.clock() - self._start) * 1000)  # as recorded, too
         with store.transaction():

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomcli.embeddings import CHUNK_CHARS, byte_spans, char_spans, chunk_spans, passages
-from tests.conftest import FIXTURES, write
-from tests.embed_server import FakeEmbeddings
+from tests.conftest import FIXTURES, sigint_default, write
+from tests.embed_server import FakeEmbeddings, drip
 
 LOOM = [sys.executable, "-m", "loomcli"]
 BREAD_IT = "cuocere il pane in una pentola chiusa"  # Italian; the note is English
@@ -218,6 +218,32 @@ def test_ollama_and_openai_providers_batch_and_authenticate(notes, loom_home):
         hits = json.loads(loom("search", BREAD_IT, "--mode", "semantic",
                                "--json").stdout)["hits"]
         assert hits[0]["path"] == "recipes/bread.md"
+
+
+@pytest.mark.plain
+def test_ctrl_c_while_making_vectors_says_what_was_saved(notes, loom_home):
+    def interrupted_scan(server: FakeEmbeddings) -> str:
+        server.requests.clear()
+        proc = subprocess.Popen([*LOOM, "scan", str(notes)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+        deadline = time.monotonic() + 300
+        while not server.requests:  # every text is saved, vectors are asked for
+            assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 130, stderr
+        return stderr.splitlines()[-1]
+
+    with FakeEmbeddings() as server:
+        server.body = drip()  # the first batch's answer never ends
+        configure(loom_home, enabled=True, provider="ollama", endpoint=server.url)
+        first, again = interrupted_scan(server), interrupted_scan(server)
+    said = ("loom: scan interrupted while making vectors; saved: added {}, updated 0, moved 0, "
+            "removed 0, and the vectors made so far — the next `loom scan` makes the rest")
+    assert first == said.format(9)
+    assert again == said.format(0)  # not "before any change was saved"
+    assert loom("grep", "sourdough").stdout.startswith("recipes/bread.md:1:")
 
 
 @pytest.mark.plain

@@ -1,4 +1,4 @@
-"""Retrieval quality of every recipe, on both evaluation sets, and the similarity floor.
+r"""Retrieval quality of every recipe, on both evaluation sets, and the similarity floor.
 
     python tests/bench/bench_retrieval.py --work /tmp/i25eval [--grid]
 
