@@ -32,13 +32,14 @@ ELLIPSIS = "…"
 CASES = ("smart", "ignore", "sensitive")
 
 
-class Match:
+class Match(Record):
     """A matching line, with its context. With `every`: `parts`, each match of the line
     as (byte offset, matched text), and `marks`, where they lie in `text` as character
     spans (for -o and colour; not part of the JSON)."""
 
     __slots__ = ("path", "line", "offset", "page", "text", "before", "after", "trimmed",
                  "parts", "marks")
+    __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, path: str, line: int, offset: int, page: int | None, text: str,
                  before: list[str] | None = None, after: list[str] | None = None,
@@ -55,13 +56,8 @@ class Match:
                 "page": self.page, "text": self.text, "before": self.before,
                 "after": self.after, "trimmed": self.trimmed}
 
-    def __eq__(self, other: object) -> bool:  # what it says, not where -o's parts lie
-        return isinstance(other, Match) and self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Match({self.to_dict()!r})"
+    def _values(self) -> tuple[object, ...]:  # compared by what it says, not where -o's
+        return tuple(self.to_dict().values())  # parts lie
 
 
 class GrepResult(Record):

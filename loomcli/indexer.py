@@ -9,7 +9,6 @@ or by a process of its own (grep_index.py).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 import time
@@ -83,7 +82,7 @@ class ScanReport:
             "duration_ms": self.duration_ms, "errors": [dict(e) for e in self.errors],
             "skips": [dict(e) for e in self.skips]}
         if self.vectors is not None:  # embeddings off: the report is as it always was
-            out["vectors"] = copy.deepcopy(self.vectors)
+            out["vectors"] = dict(self.vectors)  # EmbedReport's: numbers and strings
         return out
 
     @property

@@ -91,7 +91,10 @@ def _letters(run: str) -> str:
 
 def pairs(run: str) -> list[str]:
     """A run's overlapping character pairs (a lone character stays itself)."""
-    letters = _letters(run)
+    return _pairs_of(_letters(run))
+
+
+def _pairs_of(letters: str) -> list[str]:
     if len(letters) < 2:
         return [letters] if letters else []
     return list(map(add, letters, letters[1:]))  # 3x a list of slices
@@ -111,8 +114,7 @@ def bigram_text(text: str) -> str | None:
         return None
     if MARKS.search("".join(found)):
         found = [_letters(run) for run in found]
-    return "\n".join(" ".join(map(add, run, run[1:])) if len(run) > 1 else run
-                     for run in found)
+    return "\n".join(" ".join(_pairs_of(run)) for run in found)
 
 
 def _first_runs(text: str) -> list[str]:

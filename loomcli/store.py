@@ -513,9 +513,8 @@ class Store:
         return FileRow(*row)
 
     def files_under(self, root_id: int) -> dict[str, FileRow]:
-        rows = (FileRow(*row) for row in self.conn.execute(
-            f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,)))
-        return {row.relpath: row for row in rows}
+        return {row[2]: FileRow(*row) for row in self.conn.execute(
+            f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,))}
 
     def _fts_delete(self, file_id: int) -> None:
         """Take a file's old text out of both indexes (FTS5 wants the exact old values;

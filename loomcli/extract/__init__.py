@@ -9,29 +9,20 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from loomcli.records import Record
 
-class Extracted:
+
+class Extracted(Record):
     """A file's text and title. `pages`: the byte offset (in the UTF-8 text) where each
     page starts, None for notes. `ocr`: scanned pages were left unread for want of OCR,
-    so the scan reads the file again once OCR is on (see ocr.fingerprint). A plain class,
-    as records.py says (a dataclass costs every cold command)."""
+    so the scan reads the file again once OCR is on (see ocr.fingerprint)."""
 
     __slots__ = ("text", "title", "pages", "engine", "ocr")
+    __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, text: str, title: str, pages: list[int] | None = None,
                  engine: str = "text", ocr: bool = False) -> None:
         self.text, self.title, self.pages, self.engine, self.ocr = text, title, pages, engine, ocr
-
-    def _fields(self) -> tuple[object, ...]:
-        return self.text, self.title, self.pages, self.engine, self.ocr
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Extracted) and self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Extracted{self._fields()!r}"
 
 
 # Image files: indexed through OCR, only when listed in `extensions`.
