@@ -862,7 +862,9 @@ class Store:
     def _among(column: str, among: Sequence[int] | None) -> tuple[str, tuple[str, ...]]:
         if among is None:
             return "", ()
-        return (f" AND {column} IN (SELECT value FROM json_each(?))",
+        # `+`: the list filters what MATCH found; as a bare rowid it would drive the
+        # query, one full-text lookup per listed file (5,000 files: 65 s instead of 0.4 s)
+        return (f" AND +{column} IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(among)),))
 
     def rank_passages(self, query: str, limit: int, operator: str = "OR",
