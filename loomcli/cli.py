@@ -6,7 +6,6 @@ imported inside the commands that need them, so `loom --help` starts fast.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import sys
@@ -630,16 +629,9 @@ def _invoked(argv: list[str]) -> typer.Typer:
             break
     if name is None or "_LOOM_COMPLETE" in os.environ:
         return app
-    from typer.main import get_command_name
+    from loomcli.compat import narrowed_app
 
-    commands = [c for c in app.registered_commands
-                if (c.name or get_command_name(c.callback.__name__ if c.callback else "")) == name]
-    groups = [g for g in app.registered_groups if g.name == name]
-    if not commands and not groups:
-        return app
-    narrowed = copy.copy(app)
-    narrowed.registered_commands, narrowed.registered_groups = commands, groups
-    return narrowed
+    return narrowed_app(app, name)
 
 
 def main() -> NoReturn:
@@ -647,10 +639,9 @@ def main() -> NoReturn:
     from loomcli.fastpath import one_blas_thread
 
     one_blas_thread()  # also when called directly, not through fastpath.main
-    try:
-        from typer._click import exceptions as click_errors
-    except ImportError:  # a typer that uses the click package itself
-        from click import exceptions as click_errors  # type: ignore[no-redef]
+    from loomcli.compat import click_exceptions
+
+    click_errors = click_exceptions()
     code: Any = 0
     try:
         code = _invoked(sys.argv[1:])(prog_name="loom", standalone_mode=False)

@@ -295,10 +295,9 @@ def _failure(exc: BaseException) -> int:
     if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
         # stderr closed (stdout's own closing is console.StdoutClosed): typer exits 1
         # silently, its wrappers keeping the final flush from failing again.
-        try:
-            from typer._click.utils import PacifyFlushWrapper
-        except ImportError:  # a typer that uses the click package itself
-            from click.utils import PacifyFlushWrapper  # type: ignore[no-redef]
+        from loomcli.compat import pacify_flush_wrapper
+
+        PacifyFlushWrapper = pacify_flush_wrapper()  # noqa: N806 - a class
         sys.stdout = PacifyFlushWrapper(sys.stdout)
         sys.stderr = PacifyFlushWrapper(sys.stderr)
         return 1

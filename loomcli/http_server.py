@@ -593,7 +593,10 @@ def _protocol() -> type:
     request of a connection (uvicorn times out only the pause between requests) and a
     lingering close."""
     import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from loomcli.compat import h11_protocol
+
+    H11Protocol: Any = h11_protocol()  # noqa: N806 - a class
 
     # The client has sent its whole request (or nothing of the next one): a close loses
     # nothing it sent. Otherwise (a body refused unread, malformed HTTP) the close lingers.

@@ -450,7 +450,10 @@ class Corpus:
             among = _among(store, where, patterns)
             if within is not None:
                 under = self._ids_within(store, within)
-                among = under if among is None else [f for f in among if f in set(under)]
+                if among is not None:  # one set, not one per file: --here with -g stays linear
+                    inside = set(under)
+                    under = [f for f in among if f in inside]
+                among = under
             if among == []:
                 return SearchResult([])
             found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,

@@ -122,7 +122,7 @@ class VectorIndex:
         return list(best.values())
 
 
-_cache: dict[tuple[str, str, int], tuple[int, VectorIndex]] = {}
+_cache: dict[tuple[str, str, int], tuple[tuple[float, int], VectorIndex]] = {}
 _cache_lock = threading.Lock()
 
 

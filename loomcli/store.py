@@ -805,8 +805,14 @@ class Store:
         return int(self.conn.execute("SELECT count(*) FROM files WHERE indexed_at IS NOT NULL "
                                      "AND content_len > 0").fetchone()[0])
 
-    def vector_generation(self) -> int:
-        return int(self.conn.execute("SELECT generation FROM vector_state").fetchone()[0])
+    def vector_generation(self) -> tuple[float, int]:
+        """Which vectors the index holds: its birth (when its first migration ran) and the
+        count of vector writes since. The count alone starts again in a rebuilt index, where
+        a server's cached matrix would then pass for current with the old file ids."""
+        born, generation = self.conn.execute(
+            "SELECT (SELECT applied_at FROM migrations WHERE name = '001_initial'), "
+            "generation FROM vector_state").fetchone()
+        return float(born or 0.0), int(generation)
 
     def iter_vectors(self, model: str, dim: int | None = None
                      ) -> Iterator[tuple[int, int, bytes, bytes, bytes]]:
@@ -862,7 +868,9 @@ class Store:
     def _among(column: str, among: Sequence[int] | None) -> tuple[str, tuple[str, ...]]:
         if among is None:
             return "", ()
-        return (f" AND {column} IN (SELECT value FROM json_each(?))",
+        # `+`: the list filters what MATCH found; as a bare rowid it would drive the
+        # query, one full-text lookup per listed file (5,000 files: 65 s instead of 0.4 s)
+        return (f" AND +{column} IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(among)),))
 
     def rank_passages(self, query: str, limit: int, operator: str = "OR",

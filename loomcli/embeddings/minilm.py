@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loomcli.embeddings import EmbeddingsError, identity
+from loomcli.embeddings.common import EmbeddingsError, identity
 
 MODEL = "minilm"
 DIM = 384

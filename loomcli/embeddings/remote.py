@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loomcli.config import Config
-from loomcli.embeddings import EmbeddingsError, identity, require_numpy
+from loomcli.embeddings.common import EmbeddingsError, identity, require_numpy
 from loomcli.errors import ProviderError
 from loomcli.providers import DEFAULT_ENDPOINTS, DEFAULT_KEY_ENV, REGISTRY, HttpSettings
 
