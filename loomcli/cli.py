@@ -241,13 +241,15 @@ def status(
         _print_json(data)
         return
     _out(f"config: {st.config}{'' if st.config_exists else ' (none; defaults in use)'}")
-    _out(f"index:  {st.index} ({data['index_bytes'] / 1e6:.1f} MB)")
+    index_size = console.size(data["index_bytes"]) if st.index_exists else "none yet"
+    _out(f"index:  {st.index} ({index_size})")
     for r in data["roots"]:
         _out(f"root:   {r['name']} = {r['path']}")
-    _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs, "
-         f"{data['documents']} other documents), "
-               f"{data['failed']} failed, {data['skipped']} skipped (no text), "
-         f"{data['text_bytes'] / 1e6:.1f} MB of text")
+    _out(f"files:  {data['files']} ({console.count(data['notes'], 'note')}, "
+         f"{console.count(data['pdfs'], 'PDF')}, "
+         f"{console.count(data['documents'], 'other document')}), "
+         f"{data['failed']} failed, {data['skipped']} skipped (no text), "
+         f"{console.size(data['text_bytes'])} of text")
     _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
     v = data["vectors"]
     if v["enabled"] or v["files"] or v["stale"]:
@@ -267,11 +269,9 @@ def status(
         import datetime as dt
 
         when = dt.datetime.fromtimestamp(last["finished_at"]).isoformat(" ", "seconds")
-        rep = last["report"] or {}
-        _out(f"last scan: {when}: added {rep.get('added', 0)}, updated "
-                   f"{rep.get('updated', 0)}, moved {rep.get('moved', 0)}, removed "
-                   f"{rep.get('removed', 0)}, skipped {rep.get('skipped', 0)}, failed "
-                   f"{rep.get('failed', 0)}")
+        from loomcli.indexer import counts
+
+        _out(f"last scan: {when}: {counts(last['report'] or {})}")
     elif not data["roots"]:
         _out("no index yet: run `loom scan DIR`")
 
@@ -522,7 +522,7 @@ def conversations_cmd(
         return
     for c in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
-        _out(f"{c.id}  {when}  {len(c.turns):>3} turns  {_shown(c.title)}")
+        _out(f"{c.id}  {when}  {console.count(len(c.turns), 'turn'):>9}  {_shown(c.title)}")
 
 
 def _shorten(text: str, chars: int = 120) -> str:
@@ -591,9 +591,11 @@ def watch(
             line = json.dumps(event, ensure_ascii=False)
         elif event["change"] == "scanned":
             r = event["report"]
-            line = (f"scanned: added {r['added']}, updated {r['updated']}, moved "
-                    f"{r['moved']}, removed {r['removed']}, skipped {r['skipped']}, failed "
-                    f"{r['failed']}; watching {event['roots']} folder(s), Ctrl-C to stop")
+            from loomcli.indexer import counts
+
+            n = event["roots"]
+            line = (f"scanned: {counts(r)}; watching {console.count(n, 'folder')}, "
+                    "Ctrl-C to stop")
         elif event["change"] == "moved":
             line = f"moved {_shown(event['from'])} -> {_shown(event['path'])}"
         elif event["change"] == "failed":

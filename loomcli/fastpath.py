@@ -179,6 +179,8 @@ def parse(args: list[str]) -> Callable[[], int] | None:
     if not args:
         return None
     command, args = args[0], args[1:]
+    if command == "--version" and not args:  # anything after it: typer's rules
+        return _version
     if command == "grep":
         return _grep(config, args)
     if command == "search":
@@ -188,6 +190,13 @@ def parse(args: list[str]) -> Callable[[], int] | None:
     if command == "scan":
         return _scan(config, args)
     return None
+
+
+def _version() -> int:
+    from loomcli import __version__
+
+    sys.stdout.write(f"loom {__version__}\n")
+    return 0
 
 
 def _grep(config: str | None, args: list[str]) -> Callable[[], int] | None:

@@ -85,7 +85,9 @@ def _int(name: str, value: Any, default: int | None, lo: int, hi: int | None = N
     if isinstance(value, bool) or not isinstance(value, int):
         raise QueryError(f"{name} must be a whole number, got {_show(value)}")
     if value < lo:
-        raise QueryError(f"{name} must be {lo} or more, got {value}")
+        raise QueryError(f"{name} must be {lo} or more, got {value}",
+                         f"give {lo} or more" + (f" (left out, it is {default})"
+                                                 if default is not None else ""))
     return min(value, hi) if hi is not None else value
 
 
@@ -219,10 +221,11 @@ class Status:
         self.config, self.config_exists, self.index = config, config_exists, index
         self.counts: dict[str, Any] = counts if counts is not None else {}
         self.engines: dict[str, str] = engines if engines is not None else {}
+        self.index_exists = False  # no scan has made it yet
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "index": self.index, **self.counts,
-                "engines": self.engines}
+                "engines": self.engines, "index_exists": self.index_exists}
 
 
 class Setting(Record):
@@ -685,6 +688,7 @@ class Corpus:
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
         if self.index_path.exists():
+            out.index_exists = True
             with self.store() as store:
                 out.counts = store.status()
                 out.counts["vectors"] = self._vector_status(store)
@@ -894,6 +898,12 @@ class Corpus:
             return turn.run(self, chosen, question, None, settings, store=None,
                             on_text=on_text, on_step=on_step, on_warning=on_warning,
                             clock=clock)
+        if cid is None and keep:
+            from loomcli.conversations import Later
+
+            return turn.run(self, chosen, question, None, settings, store=Later(),
+                            on_text=on_text, on_step=on_step, on_warning=on_warning,
+                            clock=clock)
         with Conversations.open() as store:
             return turn.run(self, chosen, question, store.get(cid) if cid else None,
                             settings, store=store if keep else None, on_text=on_text,
@@ -961,9 +971,11 @@ class Corpus:
             return store.get(check_id(cid)).id
 
     def conversations(self, limit: Any = None) -> list[Any]:
-        from loomcli.conversations import Conversations
+        from loomcli.conversations import Conversations, default_path
 
         n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
+        if not default_path().exists():
+            return []  # none kept yet (listing them makes no file)
         with Conversations.open() as store:
             return store.recent(n or CONVERSATIONS_LIMIT)
 

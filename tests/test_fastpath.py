@@ -124,11 +124,12 @@ FAST_LINES = [
     ["get", "manuals/field-guide.pdf", "--length", "100"], ["get", "nope.md"],
     ["get", "welcome.md", "--offset", "100000"], ["get", "./welcome.md", "--length", "5"],
     ["get", "--", "welcome.md"], ["--config", "CONFIG", "get", "welcome.md", "--length", "9"],
+    ["--version"], ["--config", "CONFIG", "--version"],
 ]
 
 # What the fast path leaves to typer: help, other commands, anything malformed.
 TYPER_LINES = [
-    [], ["--help"], ["-h"], ["--version"], ["files"], ["status"], ["grep"], ["search"],
+    [], ["--help"], ["-h"], ["files"], ["status"], ["grep"], ["search"],
     ["get"], ["grep", "--help"], ["grep", "-h"], ["grep", "warp", "-h"], ["grep", "-ih", "x"],
     ["search", "--help"], ["get", "--help"], ["grep", "x", "y"], ["get", "a", "b"],
     ["scan", "--help"], ["scan", "-v", "-h"], ["scan", "--bogus"], ["scan", "--json=1"],
@@ -141,7 +142,8 @@ TYPER_LINES = [
     ["search", "--bogus", "x"], ["get", "--offset", "-1", "x"], ["get", "--length", "1e3", "x"],
     ["--config"], ["--config", "CONFIG"], ["--bogus", "grep", "x"], ["--", "grep", "x"],
     ["-h", "grep", "x"], ["grep", "--install-completion", "x"], ["grp", "x"],
-    ["--config", "CONFIG", "--version"], ["--config", "CONFIG", "files"],
+    ["--config", "CONFIG", "files"], ["--version", "--bogus"], ["-h", "--version"],
+    ["--version", "grep", "x"],
 ]
 
 
@@ -325,3 +327,14 @@ def test_the_fast_path_knows_exactly_typer_s_options_and_defaults(name, options,
         if options[names[0]][1] != "off":
             assert defaults[dest] == param.default, f"{name} {names}: default differs"
     assert set(options) == typer_names
+
+
+def test_version_answers_without_importing_typer(corpus: dict[str, Path]) -> None:
+    from loomcli import __version__
+
+    out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
+                         ["--version"], corpus)
+    assert (out, code) == (f"loom {__version__}\n", 0)
+    modules = {line.split("|")[-1].strip() for line in err.splitlines()
+               if line.startswith("import time:")}
+    assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}
