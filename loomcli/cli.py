@@ -279,13 +279,19 @@ def status(
 @app.command()
 def get(
     path: Annotated[str, typer.Argument(help="A path as `loom files` shows it, or the "
-                                        "file's path on disk.")],
+                                        "file's path on disk; PATH:LINE or PATH:A-B as "
+                                        "grep prints it.")],
     offset: Annotated[int, typer.Option("--offset", help="Start byte.")] = 0,
     length: Annotated[int | None, typer.Option("--length", help="Bytes to read.")] = None,
+    lines: Annotated[str | None, typer.Option(
+        "--lines", metavar="A:B", help="Lines A to B (A: to the end, :B from the start), "
+        "numbered as grep numbers them; PATH:LINE and PATH:A-B work too.",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a file's extracted text, or a byte range of it."""
-    raise typer.Exit(reading.get(State.config_override, path, offset, length, as_json))
+    """Print a file's extracted text, a byte range of it, or some of its lines."""
+    raise typer.Exit(reading.get(State.config_override, path, offset, length, as_json,
+                                 lines))
 
 
 def _case_flag(case: str) -> Any:
@@ -301,8 +307,12 @@ def _case_flag(case: str) -> Any:
 @app.command()
 def grep(
     ctx: typer.Context,
-    pattern: Annotated[str, typer.Argument(help="An RE2 regular expression (with -F, a "
-                                           "plain string).")],
+    pattern: Annotated[str | None, typer.Argument(
+        help="An RE2 regular expression (with -F, a plain string); or give -e.",
+        show_default=False)] = None,
+    regexp: Annotated[list[str] | None, typer.Option(
+        "--regexp", "-e", metavar="PATTERN", help="A pattern (repeatable: lines matching "
+        "any of them); instead of PATTERN.", show_default=False)] = None,
     path: Annotated[str | None, typer.Option(
         "--path", help="Search only this file (as `loom files` shows it, or its path on "
         "disk).")] = None,
@@ -351,8 +361,28 @@ def grep(
         "--heading/--no-heading", help="Each file's path on a line above its matches "
         "(default: on a terminal).", show_default=False)] = None,
     line_number: Annotated[bool, typer.Option(
-        "--line-number", "-n", help="Show line numbers (always on; for muscle memory).")
+        "--line-number", "-n", help="Show line numbers (the default).")] = False,
+    no_line_number: Annotated[bool, typer.Option(
+        "--no-line-number", "-N", help="Leave line numbers out (path:offset:text).")
     ] = False,
+    invert: Annotated[bool, typer.Option(
+        "--invert-match", "-v", help="Print the lines that do not match (their offset is "
+        "the line's).")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print nothing; exit 0 at the first match, else 1.")] = False,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", "-t", metavar="TYPE", help="Only files of this ripgrep type: md, txt, "
+        "rst, org, asciidoc, pdf, html, docx, odt, pptx, epub. Repeatable.",
+        show_default=False)] = None,
+    types_not: Annotated[list[str] | None, typer.Option(
+        "--type-not", "-T", metavar="TYPE", help="No files of this type. Repeatable.",
+        show_default=False)] = None,
+    files_without_match: Annotated[bool, typer.Option(
+        "--files-without-match", help="Print only the paths of files without a match.")
+    ] = False,
+    multiline: Annotated[bool, typer.Option(
+        "--multiline", "-U", help="Let a match span lines (\\n in the pattern); each of its "
+        "lines is printed.")] = False,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="Stop after N matching lines in all (default: no limit).",
         show_default=False)] = None,
@@ -366,12 +396,16 @@ def grep(
     if color not in reading.COLORS:
         raise typer.BadParameter(f"{color!r} is not one of auto, always, never",
                                  param_hint="'--color'")
+    if pattern is None and not regexp:
+        raise typer.BadParameter("give a PATTERN, or -e PATTERN", param_hint="'PATTERN'")
     raise typer.Exit(reading.grep(
         State.config_override, pattern, path=path, glob=glob, case=ctx.meta.get("loom_case"),
         fixed=fixed, word=word, files_with_matches=files_with_matches, count=count,
         only_matching=only_matching, after=after, before=before, context=context,
         max_count=max_count, color_when=color, heading=heading, limit=limit, here=here,
-        as_json=as_json))
+        as_json=as_json, regexp=regexp, invert=invert, quiet=quiet,
+        line_number=not no_line_number, types=types, types_not=types_not,
+        files_without_match=files_without_match, multiline=multiline))
 
 
 AgentOpt = Annotated[bool | None, typer.Option(

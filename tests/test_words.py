@@ -87,7 +87,7 @@ def test_init_names_every_kind_it_always_reads_and_agrees_with_config_get(loom_h
         assert got.returncode == 2 and "is not set" in got.stderr
     else:
         assert got.stdout.strip() == model
-    assert config.STARTER == written
+    assert written == config.STARTER
 
 
 def test_a_failed_ask_creates_no_conversations_file(scanned_notes, loom_home):
