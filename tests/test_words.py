@@ -99,3 +99,21 @@ def test_a_failed_ask_creates_no_conversations_file(scanned_notes, loom_home):
     assert not (loom_home / "conversations.db").exists()
     assert loom("conversations").stdout.strip() in ("", "no conversations yet")
     assert not Path(loom_home / "conversations.db").exists()  # listing made none either
+
+
+def test_watch_says_one_folder_and_unchanged(scanned_notes):
+    import select
+
+    proc = subprocess.Popen([*LOOM, "watch", str(scanned_notes)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # its first line
+        assert ready, "loom watch printed nothing in 120 s"
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert line.startswith("scanned: added 0, updated 0, moved 0, removed 0, unchanged 9, "
+                           "skipped 0, failed 0;"), line
+    assert "watching 1 folder," in line and "folder(s)" not in line
