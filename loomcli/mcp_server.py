@@ -71,10 +71,12 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     @server.tool(description=tools.GREP.description)
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,
                         context: int = 0, case_sensitive: bool = False,
-                        limit: int = GREP_LIMIT) -> dict[str, Any]:
+                        limit: int = GREP_LIMIT, type: list[str] | None = None  # noqa: A002
+                        ) -> dict[str, Any]:
         return await reading(tools.GREP, {"pattern": pattern, "path": path, "glob": glob,
                                           "context": context,
-                                          "case_sensitive": case_sensitive, "limit": limit})
+                                          "case_sensitive": case_sensitive, "limit": limit,
+                                          "type": type})
 
     @server.tool(description=tools.GET_FILE.description)
     async def loom_get_file(path: str, offset: int = 0,
