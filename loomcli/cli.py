@@ -240,13 +240,15 @@ def status(
         _print_json(data)
         return
     _out(f"config: {st.config}{'' if st.config_exists else ' (none; defaults in use)'}")
-    _out(f"index:  {st.index} ({data['index_bytes'] / 1e6:.1f} MB)")
+    index_size = console.size(data["index_bytes"]) if st.index_exists else "none yet"
+    _out(f"index:  {st.index} ({index_size})")
     for r in data["roots"]:
         _out(f"root:   {r['name']} = {r['path']}")
-    _out(f"files:  {data['files']} ({data['notes']} notes, {data['pdfs']} PDFs, "
-         f"{data['documents']} other documents), "
-               f"{data['failed']} failed, {data['skipped']} skipped (no text), "
-         f"{data['text_bytes'] / 1e6:.1f} MB of text")
+    _out(f"files:  {data['files']} ({console.count(data['notes'], 'note')}, "
+         f"{console.count(data['pdfs'], 'PDF')}, "
+         f"{console.count(data['documents'], 'other document')}), "
+         f"{data['failed']} failed, {data['skipped']} skipped (no text), "
+         f"{console.size(data['text_bytes'])} of text")
     _out("engines: " + ", ".join(f"{kind} {name}" for kind, name in st.engines.items()))
     v = data["vectors"]
     if v["enabled"] or v["files"] or v["stale"]:
@@ -266,11 +268,9 @@ def status(
         import datetime as dt
 
         when = dt.datetime.fromtimestamp(last["finished_at"]).isoformat(" ", "seconds")
-        rep = last["report"] or {}
-        _out(f"last scan: {when}: added {rep.get('added', 0)}, updated "
-                   f"{rep.get('updated', 0)}, moved {rep.get('moved', 0)}, removed "
-                   f"{rep.get('removed', 0)}, skipped {rep.get('skipped', 0)}, failed "
-                   f"{rep.get('failed', 0)}")
+        from loomcli.indexer import counts
+
+        _out(f"last scan: {when}: {counts(last['report'] or {})}")
     elif not data["roots"]:
         _out("no index yet: run `loom scan DIR`")
 
@@ -278,13 +278,19 @@ def status(
 @app.command()
 def get(
     path: Annotated[str, typer.Argument(help="A path as `loom files` shows it, or the "
-                                        "file's path on disk.")],
+                                        "file's path on disk; PATH:LINE or PATH:A-B as "
+                                        "grep prints it.")],
     offset: Annotated[int, typer.Option("--offset", help="Start byte.")] = 0,
     length: Annotated[int | None, typer.Option("--length", help="Bytes to read.")] = None,
+    lines: Annotated[str | None, typer.Option(
+        "--lines", metavar="A:B", help="Lines A to B (A: to the end, :B from the start), "
+        "numbered as grep numbers them; PATH:LINE and PATH:A-B work too.",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a file's extracted text, or a byte range of it."""
-    raise typer.Exit(reading.get(State.config_override, path, offset, length, as_json))
+    """Print a file's extracted text, a byte range of it, or some of its lines."""
+    raise typer.Exit(reading.get(State.config_override, path, offset, length, as_json,
+                                 lines))
 
 
 def _case_flag(case: str) -> Any:
@@ -300,8 +306,12 @@ def _case_flag(case: str) -> Any:
 @app.command()
 def grep(
     ctx: typer.Context,
-    pattern: Annotated[str, typer.Argument(help="An RE2 regular expression (with -F, a "
-                                           "plain string).")],
+    pattern: Annotated[str | None, typer.Argument(
+        help="An RE2 regular expression (with -F, a plain string); or give -e.",
+        show_default=False)] = None,
+    regexp: Annotated[list[str] | None, typer.Option(
+        "--regexp", "-e", metavar="PATTERN", help="A pattern (repeatable: lines matching "
+        "any of them); instead of PATTERN.", show_default=False)] = None,
     path: Annotated[str | None, typer.Option(
         "--path", help="Search only this file (as `loom files` shows it, or its path on "
         "disk).")] = None,
@@ -350,8 +360,28 @@ def grep(
         "--heading/--no-heading", help="Each file's path on a line above its matches "
         "(default: on a terminal).", show_default=False)] = None,
     line_number: Annotated[bool, typer.Option(
-        "--line-number", "-n", help="Show line numbers (always on; for muscle memory).")
+        "--line-number", "-n", help="Show line numbers (the default).")] = False,
+    no_line_number: Annotated[bool, typer.Option(
+        "--no-line-number", "-N", help="Leave line numbers out (path:offset:text).")
     ] = False,
+    invert: Annotated[bool, typer.Option(
+        "--invert-match", "-v", help="Print the lines that do not match (their offset is "
+        "the line's).")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print nothing; exit 0 at the first match, else 1.")] = False,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", "-t", metavar="TYPE", help="Only files of this ripgrep type: md, txt, "
+        "rst, org, asciidoc, pdf, html, docx, odt, pptx, epub. Repeatable.",
+        show_default=False)] = None,
+    types_not: Annotated[list[str] | None, typer.Option(
+        "--type-not", "-T", metavar="TYPE", help="No files of this type. Repeatable.",
+        show_default=False)] = None,
+    files_without_match: Annotated[bool, typer.Option(
+        "--files-without-match", help="Print only the paths of files without a match.")
+    ] = False,
+    multiline: Annotated[bool, typer.Option(
+        "--multiline", "-U", help="Let a match span lines (\\n in the pattern); each of its "
+        "lines is printed.")] = False,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="Stop after N matching lines in all (default: no limit).",
         show_default=False)] = None,
@@ -365,12 +395,16 @@ def grep(
     if color not in reading.COLORS:
         raise typer.BadParameter(f"{color!r} is not one of auto, always, never",
                                  param_hint="'--color'")
+    if pattern is None and not regexp:
+        raise typer.BadParameter("give a PATTERN, or -e PATTERN", param_hint="'PATTERN'")
     raise typer.Exit(reading.grep(
         State.config_override, pattern, path=path, glob=glob, case=ctx.meta.get("loom_case"),
         fixed=fixed, word=word, files_with_matches=files_with_matches, count=count,
         only_matching=only_matching, after=after, before=before, context=context,
         max_count=max_count, color_when=color, heading=heading, limit=limit, here=here,
-        as_json=as_json))
+        as_json=as_json, regexp=regexp, invert=invert, quiet=quiet,
+        line_number=not no_line_number, types=types, types_not=types_not,
+        files_without_match=files_without_match, multiline=multiline))
 
 
 AgentOpt = Annotated[bool | None, typer.Option(
@@ -521,7 +555,7 @@ def conversations_cmd(
         return
     for c in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
-        _out(f"{c.id}  {when}  {len(c.turns):>3} turns  {_shown(c.title)}")
+        _out(f"{c.id}  {when}  {console.count(len(c.turns), 'turn'):>9}  {_shown(c.title)}")
 
 
 def _shorten(text: str, chars: int = 120) -> str:
@@ -590,9 +624,11 @@ def watch(
             line = json.dumps(event, ensure_ascii=False)
         elif event["change"] == "scanned":
             r = event["report"]
-            line = (f"scanned: added {r['added']}, updated {r['updated']}, moved "
-                    f"{r['moved']}, removed {r['removed']}, skipped {r['skipped']}, failed "
-                    f"{r['failed']}; watching {event['roots']} folder(s), Ctrl-C to stop")
+            from loomcli.indexer import counts
+
+            n = event["roots"]
+            line = (f"scanned: {counts(r)}; watching {console.count(n, 'folder')}, "
+                    "Ctrl-C to stop")
         elif event["change"] == "moved":
             line = f"moved {_shown(event['from'])} -> {_shown(event['path'])}"
         elif event["change"] == "failed":

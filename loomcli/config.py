@@ -65,11 +65,12 @@ STARTER = """\
 notes_dirs = []            # folders `loom scan` indexes when given none, e.g. ["~/notes"]
 # db_path = "~/.loom/index.db"
 ignore = []                # gitignore patterns applied to every root, e.g. ["drafts/", "*.tmp"]
-extensions = ["md", "markdown", "txt", "text", "rst", "org", "adoc"]   # plus pdf, always
+extensions = ["md", "markdown", "txt", "text", "rst", "org", "adoc"]
+# plus, always: pdf, html, htm, docx, odt, pptx, epub
 
 [llm]
 provider = "ollama"        # "ollama" | "openai" (any OpenAI-compatible server) | "anthropic"
-model = "llama3.2"
+# model = "llama3.2"       # `ollama pull NAME`, then `loom config set llm.model NAME`
 endpoint = "http://127.0.0.1:11434"
 # api_key_env = "OPENAI_API_KEY"   # the NAME of an env var; keys are never written to disk
 

@@ -45,6 +45,23 @@ _UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f"\\]')
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
 
 
+def size(n: int) -> str:
+    """A size in decimal units (1 MB = 1,000,000 bytes), as the web page shows it."""
+    if n < 1000:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("kB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def count(n: int, word: str) -> str:
+    """`1 turn`, `2 turns`: a count with its noun in the number it needs."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def shown(path: str) -> str:
     """A path as a terminal or a line-based reader can trust: a name holding a newline,
     an escape sequence or another control character is quoted C-style, as git quotes

@@ -173,3 +173,12 @@ class Conversations:
                 self.db.execute("UPDATE conversations SET summary = ?, summary_upto = ? "
                                 "WHERE id = ?", (summary[0], summary[1], cid))
         return cid
+
+
+class Later:
+    """The conversation store of a new conversation, opened only when its first turn is
+    kept: an ask that fails (no model, server down) leaves no conversations file."""
+
+    def add_turn(self, *args: Any, **kwargs: Any) -> str:
+        with Conversations.open() as store:
+            return store.add_turn(*args, **kwargs)

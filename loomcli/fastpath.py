@@ -46,6 +46,14 @@ _GREP_OPTIONS = {
     "--color": ("color_when", TEXT),
     "--heading": ("heading", FLAG), "--no-heading": ("heading", OFF),
     "--line-number": ("line_number", FLAG), "-n": ("line_number", FLAG),
+    "--no-line-number": ("no_line_number", FLAG), "-N": ("no_line_number", FLAG),
+    "--regexp": ("regexp", MANY), "-e": ("regexp", MANY),
+    "--invert-match": ("invert", FLAG), "-v": ("invert", FLAG),
+    "--quiet": ("quiet", FLAG), "-q": ("quiet", FLAG),
+    "--type": ("types", MANY), "-t": ("types", MANY),
+    "--type-not": ("types_not", MANY), "-T": ("types_not", MANY),
+    "--files-without-match": ("files_without_match", FLAG),
+    "--multiline": ("multiline", FLAG), "-U": ("multiline", FLAG),
     "--limit": ("limit", COUNT),
     "--here": ("here", FLAG),
     "--json": ("as_json", FLAG),
@@ -54,7 +62,10 @@ _GREP_DEFAULTS = {"path": None, "glob": None, "ignore": False, "sensitive": Fals
                   "smart": False, "fixed": False, "word": False, "files_with_matches": False,
                   "count": False, "only_matching": False, "after": None, "before": None,
                   "context": None, "max_count": None, "color_when": "auto", "heading": None,
-                  "line_number": False, "limit": None, "here": False, "as_json": False}
+                  "line_number": False, "limit": None, "here": False, "as_json": False,
+                  "no_line_number": False, "regexp": None, "invert": False, "quiet": False,
+                  "types": None, "types_not": None, "files_without_match": False,
+                  "multiline": False}
 _CASES = {"ignore": "ignore", "sensitive": "sensitive", "smart": "smart"}
 
 _SEARCH_OPTIONS = {
@@ -71,9 +82,10 @@ _SEARCH_DEFAULTS = {"limit": None, "mode": None, "path": None, "glob": None, "he
 _GET_OPTIONS = {
     "--offset": ("offset", NUMBER),
     "--length": ("length", NUMBER),
+    "--lines": ("lines", TEXT),
     "--json": ("as_json", FLAG),
 }
-_GET_DEFAULTS = {"offset": 0, "length": None, "as_json": False}
+_GET_DEFAULTS = {"offset": 0, "length": None, "as_json": False, "lines": None}
 
 _SCAN_OPTIONS = {
     "--force": ("force", FLAG),
@@ -179,6 +191,8 @@ def parse(args: list[str]) -> Callable[[], int] | None:
     if not args:
         return None
     command, args = args[0], args[1:]
+    if command == "--version" and not args:  # anything after it: typer's rules
+        return _version
     if command == "grep":
         return _grep(config, args)
     if command == "search":
@@ -190,11 +204,19 @@ def parse(args: list[str]) -> Callable[[], int] | None:
     return None
 
 
+def _version() -> int:
+    from loomcli import __version__
+
+    sys.stdout.write(f"loom {__version__}\n")
+    return 0
+
+
 def _grep(config: str | None, args: list[str]) -> Callable[[], int] | None:
     parsed = _options(args, _GREP_OPTIONS)
-    if parsed is None or len(parsed[1]) != 1:
-        return None
-    given, (pattern,), order = parsed
+    if parsed is None or len(parsed[1]) > 1 or not (parsed[1] or "regexp" in parsed[0]):
+        return None  # typer says what is missing or too much
+    given, arguments, order = parsed
+    pattern = arguments[0] if arguments else None
     values = {**_GREP_DEFAULTS, **given}
     from loomcli.reading import COLORS, grep
 
@@ -202,7 +224,8 @@ def _grep(config: str | None, args: list[str]) -> Callable[[], int] | None:
         return None  # typer's usage error names the choices
     firsts = [dest for i, dest in enumerate(order) if dest in _CASES and dest not in order[:i]]
     case = _CASES[firsts[-1]] if firsts else None
-    for dest in (*_CASES, "line_number"):
+    values["line_number"] = not values.pop("no_line_number")  # -n is always on
+    for dest in _CASES:
         del values[dest]
     return lambda: grep(config, pattern, case=case, **values)  # type: ignore[arg-type]
 

@@ -38,7 +38,7 @@ class Match(Record):
     spans (for -o and colour; not part of the JSON)."""
 
     __slots__ = ("path", "line", "offset", "page", "text", "before", "after", "trimmed",
-                 "parts", "marks")
+                 "parts", "marks", "continued")
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, path: str, line: int, offset: int, page: int | None, text: str,
@@ -50,6 +50,7 @@ class Match(Record):
         self.trimmed = trimmed
         self.parts: list[tuple[int, str]] = []
         self.marks: list[tuple[int, int]] = []
+        self.continued = False  # -U: a later line of a match that spans lines
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "offset": self.offset,
@@ -208,21 +209,56 @@ class Pattern(Record):
         self.group = group
 
 
-def build(pattern: str, *, case: str = "ignore", fixed: bool = False, word: bool = False
-          ) -> Pattern:
+def build(pattern: str | Sequence[str], *, case: str = "ignore", fixed: bool = False,
+          word: bool = False) -> Pattern:
     """grep's pattern with ripgrep's options: case `smart` (ignore case unless the
-    pattern holds an upper-case letter), `ignore` or `sensitive`; -F; -w."""
+    pattern holds an upper-case letter), `ignore` or `sensitive`; -F; -w. Several
+    patterns (-e, -e): a line matches any of them, as ripgrep joins them."""
     if case not in CASES:
         raise QueryError(f"case must be one of {', '.join(CASES)}, got {case!r}")
-    text = escape(pattern) if fixed else pattern
-    sensitive = case == "sensitive" or (case == "smart" and (
-        any(ch.isupper() for ch in pattern) if fixed else has_uppercase(pattern)))
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    texts = [escape(p) if fixed else p for p in patterns]
+    sensitive = case == "sensitive" or (case == "smart" and any(
+        any(ch.isupper() for ch in p) if fixed else has_uppercase(p) for p in patterns))
+    if len(texts) > 1:
+        for p, t in zip(patterns, texts, strict=True):
+            _compile(p, "(?m)" + unicode_classes(t), sensitive)  # each one's own error
+        text = "|".join(f"(?:{t})" for t in texts)
+        pattern = " | ".join(patterns)
+    else:
+        text, pattern = texts[0], patterns[0]
     body = unicode_classes(text)
     if word:  # ripgrep's -w: the match with a non-word character or a line end around it
         _compile(pattern, "(?m)" + body, sensitive)  # its errors as the user wrote it
         return Pattern(text, _compile(pattern, f"(?m)(?:^|{_OUTSIDE['W']})({body})"
                                                f"(?:{_OUTSIDE['W']}|$)", sensitive), 1)
     return Pattern(text, _compile(pattern, "(?m)" + body, sensitive))
+
+
+# ripgrep's type names (`rg --type-list`) for what loom indexes, by file name ending
+# (ripgrep 13's globs; `docx` and the other document kinds are loom's own names).
+TYPES: dict[str, tuple[str, ...]] = {
+    "md": (".markdown", ".md", ".mdown", ".mkdn"),
+    "markdown": (".markdown", ".md", ".mdown", ".mkdn"),
+    "txt": (".txt",), "rst": (".rst",), "org": (".org", ".org_archive"),
+    "asciidoc": (".adoc", ".asc", ".asciidoc"), "pdf": (".pdf",),
+    "html": (".ejs", ".htm", ".html"), "docx": (".docx",), "odt": (".odt",),
+    "pptx": (".pptx",), "epub": (".epub",),
+}
+
+
+def type_endings(names: Sequence[str]) -> tuple[str, ...]:
+    """The file name endings of ripgrep type names (-t / -T)."""
+    unknown = [n for n in names if n not in TYPES]
+    if unknown:
+        raise QueryError(f"unrecognized file type: {unknown[0]}",
+                         f"loom grep knows {', '.join(TYPES)}")
+    return tuple(end for n in names for end in TYPES[n])
+
+
+def _typed(path: str, wanted: tuple[str, ...], unwanted: tuple[str, ...]) -> bool:
+    name = path.rpartition("/")[2]
+    return (not wanted or name.endswith(wanted)) and not (unwanted and name.endswith(unwanted))
 
 
 def _selected(path: str, globs: list[Any]) -> bool:
@@ -309,6 +345,57 @@ def search_text(regex: Any, buf: bytes, group: int = 0
         pos = line_end + 1
 
 
+def search_multiline(regex: Any, buf: bytes, group: int = 0
+                     ) -> Iterable[tuple[int, int, int, int, int]]:
+    """As search_text, for -U: a match may span lines; its line end is the end of its
+    last line (a match ending with a newline ends on that newline's line)."""
+    pos = 0
+    line_no = 1
+    counted_to = 0
+    size = len(buf)
+    while pos <= size:
+        m = regex.search(buf, pos)
+        if m is None:
+            return
+        start, end = m.span(group)
+        if start == size and (size == 0 or buf.endswith(b"\n")):
+            return
+        line_start = buf.rfind(b"\n", 0, start) + 1
+        line_end = buf.find(b"\n", max(start, end - 1))
+        if line_end < 0:
+            line_end = size
+        line_no += buf.count(b"\n", counted_to, line_start)
+        counted_to = line_start
+        yield line_no, start, end, line_start, line_end
+        pos = end if end > start else end + 1
+
+
+def other_lines(found: Iterable[tuple[int, int, int, int, int]], buf: bytes
+                ) -> Iterator[tuple[int, int, int, int, int]]:
+    """The lines none of `found` (search_text's or search_multiline's) touches, in the
+    same shape: grep -v. The match of such a line is empty, at its start."""
+    pos, line_no, size = 0, 1, len(buf)
+
+    def lines_before(stop: int) -> Iterator[tuple[int, int, int, int, int]]:
+        nonlocal pos, line_no
+        while pos < stop:
+            end = buf.find(b"\n", pos)
+            end = size if end < 0 else end
+            yield line_no, pos, pos, pos, end
+            line_no, pos = line_no + 1, end + 1
+
+    for first, _start, _end, line_start, line_end in found:
+        if line_end < pos:  # inside lines already passed (-U)
+            continue
+        if line_start < pos:  # a match starting on a line already passed (-U)
+            line_start = pos
+            first = line_no
+        yield from lines_before(line_start)
+        line_no = first + buf.count(b"\n", line_start, line_end) + 1
+        pos = line_end + 1
+    yield from lines_before(size)
+
+
 def line_matches(pattern: Pattern, buf: bytes, start: int, end: int, line_end: int
                  ) -> list[tuple[int, int]]:
     """Every non-empty match of the line, from its first one [start, end), as byte spans
@@ -358,18 +445,23 @@ def grep(store: Store, pattern: str, *, path: str | None = None,
     return GrepResult(found, truncated=False)
 
 
-def matches(store: Store, pattern: str, *, path: str | None = None,
+def matches(store: Store, pattern: str | Sequence[str], *, path: str | None = None,
             globs: Sequence[str] = (), context: int = 0, case_sensitive: bool = False,
             case: str | None = None, fixed: bool = False, word: bool = False,
             before: int | None = None, after: int | None = None,
             max_count: int | None = None, every: bool = False, indexed: bool = True,
-            within: list[int] | None = None) -> Iterator[Match]:
+            within: list[int] | None = None, invert: bool = False,
+            multiline: bool = False, types: Sequence[str] = (),
+            types_not: Sequence[str] = ()) -> Iterator[Match]:
     """Matching lines in path order, as they are found (a reader that stops early stops
-    the search). `case` (smart | ignore | sensitive) wins over `case_sensitive`; `fixed`,
-    `word`: grep's -F, -w; `before`/`after` lines of context (default `context`);
-    `max_count`: at most this many lines per file (-m); `every`: fill each match's
-    `parts` and `marks` with all the matches of its line (-o, colour); `within`: only
-    these file ids (a folder: --here).
+    the search). `pattern`: one, or several (-e: any of them); `case` (smart | ignore |
+    sensitive) wins over `case_sensitive`; `fixed`, `word`: grep's -F, -w; `before`/
+    `after` lines of context (default `context`); `max_count`: at most this many lines
+    per file (-m); `every`: fill each match's `parts` and `marks` with all the matches
+    of its line (-o, colour); `within`: only these file ids (a folder: --here);
+    `invert`: the lines that do not match (-v; the offset is the line's); `multiline`:
+    a match may span lines, each of its lines is a Match (-U; the first's offset is the
+    match's, the others' their line's); `types`/`types_not`: ripgrep's -t/-T names.
 
     With `indexed`, the trigram index narrows the files first to those holding every
     trigram a match needs (trigrams.query_for); RE2 verifies them, so the answer is the
@@ -378,20 +470,11 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
                      fixed=fixed, word=word)
     n_before = context if before is None else before
     n_after = context if after is None else after
-    glob_patterns: list[Any] = []
-    if globs:
-        from loomcli import ignore  # only with --glob
-
-        glob_patterns = ignore.parse_lines(globs, source="--glob")
-    file_ids: list[int] | None = None
-    if path is not None:
-        file_ids = [store.resolve(path).id]
-    elif glob_patterns:
-        file_ids = [fid for fid, shown in store.paths() if _selected(shown, glob_patterns)]
-    if within is not None:
-        inside = set(within)
-        file_ids = [fid for fid in (within if file_ids is None else file_ids) if fid in inside]
-    match = query_for(compiled.text) if indexed and path is None else None
+    file_ids = selected(store, path=path, globs=globs, within=within, types=types,
+                        types_not=types_not)
+    # -v needs every file; -U matches across lines, which the trigrams of lines miss
+    match = (query_for(compiled.text) if indexed and path is None and not invert
+             and not multiline else None)
     holding: dict[int, set[int] | None] | None = None
     if match:
         holding = store.candidates(match)
@@ -400,42 +483,120 @@ def matches(store: Store, pattern: str, *, path: str | None = None,
     # A long text is read block by block (only its candidate blocks, with a prefilter):
     # a match lies inside one line, so inside one block. Not with context lines (they
     # may lie in the next block), nor for a pattern that sees where the text starts or
-    # ends.
-    by_blocks = not (n_before or n_after) and not _WHOLE_TEXT.search(compiled.text)
+    # ends, nor for -v and -U (every line, matches across lines).
+    by_blocks = not (n_before or n_after or invert or multiline
+                     or _WHOLE_TEXT.search(compiled.text))
+    search = search_multiline if multiline else search_text
     for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, holding, by_blocks):
         pages = json.loads(pages_json) if pages_json else None
         count = 0
         window_end: int | None = None  # -m reached: the last match's after-context ends
         for first_byte, first_line, buf in pieces:
-            for line_no, start, end, line_start, line_end in search_text(
-                    compiled.regex, buf, compiled.group):
+            found_lines = search(compiled.regex, buf, compiled.group)
+            if invert:
+                found_lines = other_lines(found_lines, buf)
+            printed_to = -1  # -U: the last byte of the lines given so far
+            for line_no, start, end, line_start, line_end in found_lines:
                 if window_end is not None and first_line + line_no - 1 > window_end:
                     break
-                text, trimmed, shown_from = _trim(buf, line_start, line_end, start, end)
-                before_lines, after_lines = (
-                    _context(buf, line_start, line_end, n_before, n_after)
-                    if n_before or n_after else ([], []))
-                offset = first_byte + start
-                page = bisect_right(pages, offset) if pages else None
-                found = Match(shown, first_line + line_no - 1, offset, page, text,
-                              before_lines, after_lines, trimmed)
-                if every:
-                    spans = line_matches(compiled, buf, start, end, line_end)
-                    found.parts = [(first_byte + s, buf[s:e].decode("utf-8", "replace"))
-                                   for s, e in spans]
-                    found.marks = _marks(buf, shown_from, text, shown_from > line_start,
-                                         spans)
-                if window_end is not None:
-                    # A matching line inside the last match's after-context shows as a
-                    # match, as ripgrep shows it; its own context ends where that one does.
-                    found.after = found.after[:max(0, window_end - found.line)]
+                if multiline:
+                    spans = _lines_of(buf, max(line_start, printed_to + 1), line_end)
+                    if not spans:
+                        continue
+                    printed_to = line_end
+                    line_no += buf.count(b"\n", line_start, spans[0][0])
+                else:
+                    spans = [(line_start, line_end)]
+                last = len(spans) - 1
+                for k, (ls, le) in enumerate(spans):
+                    at = max(start, ls) if k == 0 else ls
+                    to = min(end, le) if k == last else le
+                    text, trimmed, shown_from = _trim(buf, ls, le, at, to)
+                    before_lines, after_lines = (
+                        _context(buf, ls, le, n_before if k == 0 else 0,
+                                 n_after if k == last else 0)
+                        if n_before or n_after else ([], []))
+                    offset = first_byte + at
+                    page = bisect_right(pages, offset) if pages else None
+                    found = Match(shown, first_line + line_no - 1 + k, offset, page, text,
+                                  before_lines, after_lines, trimmed)
+                    found.continued = k > 0
+                    if every and invert:  # -v -o: ripgrep prints the whole line
+                        found.parts = [(first_byte + ls, buf[ls:le].decode("utf-8",
+                                                                            "replace"))]
+                    elif every:
+                        line_spans = (line_matches(compiled, buf, at, to, le) if k == 0
+                                      else [(at, to)] if to > at else [])
+                        found.parts = [(first_byte + a, buf[a:b].decode("utf-8", "replace"))
+                                       for a, b in line_spans]
+                        found.marks = _marks(buf, shown_from, text, shown_from > ls,
+                                             line_spans)
+                    if window_end is not None:
+                        # A matching line inside the last match's after-context shows as
+                        # a match, as ripgrep shows it; its own context ends where that
+                        # one does.
+                        found.after = found.after[:max(0, window_end - found.line)]
+                        yield found
+                        continue
                     yield found
+                if window_end is not None:
                     continue
-                yield found
                 count += 1
                 if count == max_count:
                     if not n_after:
                         break
-                    window_end = found.line + n_after
+                    window_end = first_line + line_no - 1 + last + n_after
             if count == max_count:  # (with context lines a text is one piece)
                 break
+
+
+def _lines_of(buf: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """The lines of buf[start:end] as (start, end) spans (end: the newline's offset)."""
+    spans = []
+    while start <= end:
+        nl = buf.find(b"\n", start, end)
+        stop = end if nl < 0 else nl
+        spans.append((start, stop))
+        start = stop + 1
+    return spans
+
+
+def selected(store: Store, *, path: str | None = None, globs: Sequence[str] = (),
+             within: list[int] | None = None, types: Sequence[str] = (),
+             types_not: Sequence[str] = ()) -> list[int] | None:
+    """The ids of the files a grep reads (None: every file): one path, those the globs
+    and types select, those `within`."""
+    glob_patterns: list[Any] = []
+    if globs:
+        from loomcli import ignore  # only with --glob
+
+        glob_patterns = ignore.parse_lines(globs, source="--glob")
+    wanted, unwanted = type_endings(types), type_endings(types_not)
+    file_ids: list[int] | None = None
+    if path is not None:
+        file_ids = [store.resolve(path).id]
+    elif glob_patterns or wanted or unwanted:
+        file_ids = [fid for fid, shown in store.paths()
+                    if _selected(shown, glob_patterns) and _typed(shown, wanted, unwanted)]
+    if within is not None:
+        inside = set(within)
+        file_ids = [fid for fid in (within if file_ids is None else file_ids) if fid in inside]
+    return file_ids
+
+
+def files_without_match(store: Store, pattern: str | Sequence[str], *,
+                        path: str | None = None, globs: Sequence[str] = (),
+                        within: list[int] | None = None, types: Sequence[str] = (),
+                        types_not: Sequence[str] = (), **options: Any) -> Iterator[str]:
+    """The paths of the selected files with no match (--files-without-match), in path
+    order; `options` are those of `matches`."""
+    ids = selected(store, path=path, globs=globs, within=within, types=types,
+                   types_not=types_not)
+    chosen = None if ids is None else set(ids)
+    found = {m.path for m in matches(store, pattern, path=path, globs=globs, within=within,
+                                     types=types, types_not=types_not,
+                                     **{**options, "max_count": 1, "context": 0,
+                                        "before": None, "after": None, "every": False})}
+    for fid, shown in store.paths():
+        if (chosen is None or fid in chosen) and shown not in found:
+            yield shown

@@ -24,9 +24,9 @@ class Printer:
 
     def __init__(self, write: Callable[[str], None], *, mode: str = "lines",
                  color: bool = False, heading: bool = False, context: bool = False,
-                 shown: Callable[[str], str] = str) -> None:
+                 shown: Callable[[str], str] = str, line_number: bool = True) -> None:
         self.write, self.mode, self.color, self.heading = write, mode, color, heading
-        self.context, self.shown = context, shown
+        self.context, self.shown, self.line_number = context, shown, line_number
         self.path: str | None = None
         self.last = 0  # the last line printed of the current file
         self.pending: list[tuple[int, str]] = []  # the previous match's after-context
@@ -43,10 +43,11 @@ class Printer:
         fields = [] if self.heading else [self._path()]
         if m is not None and m.page is not None:
             fields.append(self._paint(f"p{m.page}", NUMBER))
-        fields.append(self._paint(str(line), NUMBER))
+        if self.line_number:  # -N leaves it out
+            fields.append(self._paint(str(line), NUMBER))
         if offset is not None:
             fields.append(str(offset))
-        return sep.join(fields) + sep
+        return sep.join(fields) + sep if fields else ""
 
     def _marked(self, m: Match) -> str:
         if not self.color or not m.marks:
@@ -67,7 +68,8 @@ class Printer:
                 self.write(self._path())
         if self.mode == "files":
             return
-        self.count += 1
+        if not m.continued:  # -U: a match spanning lines counts once
+            self.count += 1
         if self.mode == "count":
             return
         if self.mode == "only":

@@ -361,7 +361,7 @@ class Api:
             Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
-                limit=b.get("limit"))), methods=["POST"]),
+                limit=b.get("limit"), types=b.get("type"))), methods=["POST"]),
             Route("/file", post(lambda b: self.corpus(b.get("corpus")).get(
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),

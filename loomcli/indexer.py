@@ -60,6 +60,17 @@ class ScanInterrupted(KeyboardInterrupt):
         return f"scan interrupted; saved: {done} — the next `loom scan` finishes the rest"
 
 
+def counts(report: dict[str, Any]) -> str:
+    """A scan report's counts in words: `unchanged` files were found as they were,
+    `skipped` ones hold no text (`loom status --skipped`). A report stored before
+    `unchanged` existed counts its unchanged files in `skipped`."""
+    skipped = len(report.get("skips") or ())
+    unchanged = report.get("unchanged", report.get("skipped", 0) - skipped)
+    return (f"added {report.get('added', 0)}, updated {report.get('updated', 0)}, moved "
+            f"{report.get('moved', 0)}, removed {report.get('removed', 0)}, unchanged "
+            f"{unchanged}, skipped {skipped}, failed {report.get('failed', 0)}")
+
+
 class ScanReport:
     """What a scan did. (A plain class: a dataclass costs every cold command, see
     records.py.)"""
@@ -75,12 +86,18 @@ class ScanReport:
         # Paths in `errors` that failed before and are unchanged (the CLI sums them up).
         self.known: set[str] = set()
 
+    @property
+    def unchanged(self) -> int:
+        """Files found as they were (`skipped` counts them too, as the report always has,
+        with the files that hold no text: those are `skips`)."""
+        return self.skipped - len(self.skips)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "added": self.added, "updated": self.updated, "moved": self.moved,
             "removed": self.removed, "skipped": self.skipped, "failed": self.failed,
             "duration_ms": self.duration_ms, "errors": [dict(e) for e in self.errors],
-            "skips": [dict(e) for e in self.skips]}
+            "skips": [dict(e) for e in self.skips], "unchanged": self.unchanged}
         if self.vectors is not None:  # embeddings off: the report is as it always was
             out["vectors"] = dict(self.vectors)  # EmbedReport's: numbers and strings
         return out
@@ -90,9 +107,7 @@ class ScanReport:
         return self.added + self.updated + self.moved + self.removed
 
     def summary(self) -> str:
-        text = (f"added {self.added}, updated {self.updated}, moved {self.moved}, "
-                f"removed {self.removed}, skipped {self.skipped}, failed {self.failed} "
-                f"in {self.duration_ms / 1000:.2f}s")
+        text = f"{counts(self.to_dict())} in {self.duration_ms / 1000:.2f}s"
         v = self.vectors
         if v and (v["embedded"] or v["pending"]):
             text += (f"; vectors for {v['embedded']} files ({v['passages']} passages) "

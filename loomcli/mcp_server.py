@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from loomcli import __version__, tools
+from loomcli.discover import DOCUMENTS
 from loomcli.errors import LoomError
 from loomcli.operations import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, Corpus
+
+# Every kind loom_list_files can show: "note" (text formats), then each document kind.
+KINDS = ", ".join(dict.fromkeys(["note", *DOCUMENTS.values()]))
 
 INSTRUCTIONS = """\
 loom is the user's local memory of notes and PDFs. Use loom_search to find which files \
@@ -67,10 +71,12 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     @server.tool(description=tools.GREP.description)
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,
                         context: int = 0, case_sensitive: bool = False,
-                        limit: int = GREP_LIMIT) -> dict[str, Any]:
+                        limit: int = GREP_LIMIT, type: list[str] | None = None  # noqa: A002
+                        ) -> dict[str, Any]:
         return await reading(tools.GREP, {"pattern": pattern, "path": path, "glob": glob,
                                           "context": context,
-                                          "case_sensitive": case_sensitive, "limit": limit})
+                                          "case_sensitive": case_sensitive, "limit": limit,
+                                          "type": type})
 
     @server.tool(description=tools.GET_FILE.description)
     async def loom_get_file(path: str, offset: int = 0,
@@ -98,14 +104,15 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
 
     @server.tool(description=(
         "Bring the index up to date with the folders it covers (incremental: only changed "
-        "files are read). Returns the scan report: added, updated, moved, removed, skipped, "
-        "failed, duration_ms and errors [{path, error}]. force re-extracts everything."))
+        "files are read). Returns the scan report: added, updated, moved, removed, unchanged, "
+        "skipped (counts unchanged files and those without text), failed, duration_ms, "
+        "errors [{path, error}] and skips [{path, reason}]. force re-extracts everything."))
     async def loom_scan(force: bool = False) -> dict[str, Any]:
         return await call(Corpus.scan, force=force)
 
     @server.tool(description=(
-        "List every indexed file: path, title, kind (note or pdf), content_len (bytes of "
-        "extracted text) and indexed_at (Unix time)."))
+        "List every indexed file: path, title, kind (" + KINDS + "), content_len "
+        "(bytes of extracted text) and indexed_at (Unix time)."))
     async def loom_list_files() -> dict[str, Any]:
         return await call(Corpus.files)
 

@@ -85,7 +85,9 @@ def _int(name: str, value: Any, default: int | None, lo: int, hi: int | None = N
     if isinstance(value, bool) or not isinstance(value, int):
         raise QueryError(f"{name} must be a whole number, got {_show(value)}")
     if value < lo:
-        raise QueryError(f"{name} must be {lo} or more, got {value}")
+        raise QueryError(f"{name} must be {lo} or more, got {value}",
+                         f"give {lo} or more" + (f" (left out, it is {default})"
+                                                 if default is not None else ""))
     return min(value, hi) if hi is not None else value
 
 
@@ -219,10 +221,11 @@ class Status:
         self.config, self.config_exists, self.index = config, config_exists, index
         self.counts: dict[str, Any] = counts if counts is not None else {}
         self.engines: dict[str, str] = engines if engines is not None else {}
+        self.index_exists = False  # no scan has made it yet
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "index": self.index, **self.counts,
-                "engines": self.engines}
+                "engines": self.engines, "index_exists": self.index_exists}
 
 
 class Setting(Record):
@@ -290,6 +293,10 @@ def read_range(store: Store, path: str, offset: int = 0, length: int | None = No
         raise QueryError(f"length must be 0 or more, got {length}")
     row = store.resolve(path)
     total = row.content_len
+    if offset > total:
+        raise QueryError(f"offset {offset} is past the end of "
+                         f"{store.display_path(row.root_id, row.relpath)}, whose text is "
+                         f"{total:,} bytes", f"give an offset below {total}")
     start = min(offset, total)
     end = total if length is None else min(total, start + length)
     # Fetch three bytes on each side to find character boundaries.
@@ -303,6 +310,48 @@ def read_range(store: Store, path: str, offset: int = 0, length: int | None = No
     chunk = data[s:e]
     return TextRange(store.display_path(row.root_id, row.relpath), window_start + s,
                      len(chunk), total, chunk.decode("utf-8", errors="replace"))
+
+
+LINES_CHUNK = 1 << 20  # bytes read at a time while looking for a line
+
+
+def read_lines(store: Store, path: str, first: int, last: int | None = None) -> TextRange:
+    """Lines `first` to `last` (1-based, inclusive; None: to the end) of a file's text,
+    numbered as grep numbers them. Reads the text a chunk at a time up to the last line
+    (a line near the start of a long PDF costs what its bytes cost)."""
+    if first < 1 or (last is not None and last < first):
+        raise QueryError(f"lines must be N, N-M or N:M with 1 <= N <= M, got {first}-{last}",
+                         "e.g. notes.md:12 or --lines 12:20")
+    row = store.resolve(path)
+    shown = store.display_path(row.root_id, row.relpath)
+    total = row.content_len
+    starts: dict[int, int] = {1: 0}  # line number -> its first byte
+    line, pos = 1, 0
+    want = (first, last + 1) if last is not None else (first,)
+    while pos < total and line < max(want):
+        chunk = store.text_bytes(row.id, pos, LINES_CHUNK)
+        if not chunk:
+            break
+        at = 0
+        while line < max(want):
+            nl = chunk.find(b"\n", at)
+            if nl < 0:
+                break
+            line += 1
+            at = nl + 1
+            if line in want:
+                starts[line] = pos + at
+        pos += len(chunk)
+    if first not in starts or starts[first] >= total:  # past the last line
+        lines = line - 1 if total == 0 or _ends_with_newline(store, row.id, total) else line
+        raise QueryError(f"{shown} has {lines:,} line{'' if lines == 1 else 's'}, not "
+                         f"{first:,}", f"give a line from 1 to {lines:,}")
+    end = starts.get(last + 1, total) if last is not None else total
+    return read_range(store, path, starts[first], end - starts[first])
+
+
+def _ends_with_newline(store: Store, file_id: int, total: int) -> bool:
+    return store.text_bytes(file_id, total - 1, 1) == b"\n"
 
 
 def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None:
@@ -584,19 +633,34 @@ class Corpus:
                    context: Any = None, case: Any = None, fixed: Any = False,
                    word: Any = False, before: Any = None, after: Any = None,
                    max_count: Any = None, every: Any = False,
-                   within: Path | None = None) -> Iterator[Match]:
+                   within: Path | None = None, **more: Any) -> Iterator[Match]:
         """Every matching line, as found, without a limit (the CLI: a pipe gets all of
         them, and a reader that stops stops the search). ripgrep's options: `case`
         smart | ignore | sensitive (default GREP_CASE), `fixed` (-F), `word` (-w),
         `before`/`after` (-B/-A, default `context`), `max_count` lines per file (-m),
         `every`: each match's line also lists all its matches (-o, colour); `within`: a
-        folder on disk inside an indexed root (--here): only the files under it."""
+        folder on disk inside an indexed root (--here): only the files under it. `more`:
+        `invert` (-v), `multiline` (-U), `types`/`types_not` (-t/-T); a list of patterns
+        matches any of them (-e)."""
         with self.store() as store:
             ids = None if within is None else self._ids_within(store, within)
             yield from self._grep(store, pattern, path=path, globs=globs, context=context,
                                   case=GREP_CASE if case is None else case, fixed=fixed,
                                   word=word, before=before, after=after,
-                                  max_count=max_count, every=every, within=ids)
+                                  max_count=max_count, every=every, within=ids, **more)
+
+    def grep_files_without_match(self, pattern: Any, *, path: Any = None, globs: Any = None,
+                                 case: Any = None, within: Path | None = None, **more: Any
+                                 ) -> Iterator[str]:
+        """The paths of the files grep reads that hold no match (--files-without-match);
+        the options are grep_lines'."""
+        from loomcli.grep import files_without_match
+
+        with self.store() as store:
+            ids = None if within is None else self._ids_within(store, within)
+            checked = self._grep_options(pattern, path=path, globs=globs,
+                                         case=GREP_CASE if case is None else case, **more)
+            yield from files_without_match(store, within=ids, **checked)
 
     @staticmethod
     def _ids_within(store: Store, folder: Path) -> list[int]:
@@ -636,25 +700,53 @@ class Corpus:
     def _grep(self, store: Store, pattern: Any, *, path: Any, globs: Any, context: Any,
               case_sensitive: Any = False, case: Any = None, fixed: Any = False,
               word: Any = False, before: Any = None, after: Any = None,
-              max_count: Any = None, every: Any = False, within: list[int] | None = None
-              ) -> Iterator[Match]:
-        from loomcli.grep import CASES, matches
+              max_count: Any = None, every: Any = False, within: list[int] | None = None,
+              **more: Any) -> Iterator[Match]:
+        from loomcli.grep import matches
 
-        if case is not None and case not in CASES:
-            raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
         n_context = _int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0
-        if _text("pattern", pattern, required=False) == "":
-            raise QueryError("pattern must not be empty")  # white space is a pattern (rg)
         return matches(
-            store, pattern,
-            path=None if path is None else check_index_path(path),
-            globs=_strings("glob", globs), context=n_context,
-            case_sensitive=_bool("case_sensitive", case_sensitive), case=case,
-            fixed=_bool("fixed", fixed), word=_bool("word", word),
+            store, context=n_context, within=within,
             before=_int("before", before, None, 0, GREP_CONTEXT_MAX),
             after=_int("after", after, None, 0, GREP_CONTEXT_MAX),
             max_count=_int("max_count", max_count, None, 1), every=_bool("every", every),
-            within=within)
+            **self._grep_options(pattern, path=path, globs=globs,
+                                 case_sensitive=case_sensitive, case=case, fixed=fixed,
+                                 word=word, **more))
+
+    @staticmethod
+    def _grep_options(pattern: Any, *, path: Any, globs: Any, case_sensitive: Any = False,
+                      case: Any = None, fixed: Any = False, word: Any = False,
+                      invert: Any = False, multiline: Any = False, types: Any = None,
+                      types_not: Any = None) -> dict[str, Any]:
+        """grep's pattern(s) and file choice, checked (every edge's, once)."""
+        from loomcli.grep import CASES, type_endings
+
+        if case is not None and case not in CASES:
+            raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
+        if isinstance(pattern, list | tuple):
+            patterns = _strings("pattern", list(pattern))
+            if not patterns or "" in patterns:
+                raise QueryError("pattern must not be empty")
+        elif _text("pattern", pattern, required=False) == "":
+            raise QueryError("pattern must not be empty")  # white space is a pattern (rg)
+        chosen, unwanted = _strings("type", types), _strings("type_not", types_not)
+        type_endings([*chosen, *unwanted])  # an unknown name is refused before reading
+        return dict(pattern=pattern, path=None if path is None else check_index_path(path),
+                    globs=_strings("glob", globs),
+                    case_sensitive=_bool("case_sensitive", case_sensitive), case=case,
+                    fixed=_bool("fixed", fixed), word=_bool("word", word),
+                    invert=_bool("invert", invert), multiline=_bool("multiline", multiline),
+                    types=chosen, types_not=unwanted)
+
+    def get_lines(self, path: Any, first: Any, last: Any = None) -> TextRange:
+        """Lines `first` to `last` of a file's text (1-based, inclusive; None: to the
+        end), as grep numbers them: `loom get PATH:LINE`, `--lines A:B`."""
+        n = _int("first line", first, None, 1)
+        m = _int("last line", last, None, 1)
+        assert n is not None
+        with self.store() as store:
+            return read_lines(store, check_index_path(path), n, m)
 
     def get(self, path: Any, offset: Any = 0, length: Any = None) -> TextRange:
         start = _int("offset", offset, 0, 0) or 0
@@ -688,6 +780,7 @@ class Corpus:
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
         if self.index_path.exists():
+            out.index_exists = True
             with self.store() as store:
                 out.counts = store.status()
                 out.counts["vectors"] = self._vector_status(store)
@@ -897,6 +990,12 @@ class Corpus:
             return turn.run(self, chosen, question, None, settings, store=None,
                             on_text=on_text, on_step=on_step, on_warning=on_warning,
                             clock=clock)
+        if cid is None and keep:
+            from loomcli.conversations import Later
+
+            return turn.run(self, chosen, question, None, settings, store=Later(),
+                            on_text=on_text, on_step=on_step, on_warning=on_warning,
+                            clock=clock)
         with Conversations.open() as store:
             return turn.run(self, chosen, question, store.get(cid) if cid else None,
                             settings, store=store if keep else None, on_text=on_text,
@@ -964,9 +1063,11 @@ class Corpus:
             return store.get(check_id(cid)).id
 
     def conversations(self, limit: Any = None) -> list[Any]:
-        from loomcli.conversations import Conversations
+        from loomcli.conversations import Conversations, default_path
 
         n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
+        if not default_path().exists():
+            return []  # none kept yet (listing them makes no file)
         with Conversations.open() as store:
             return store.recent(n or CONVERSATIONS_LIMIT)
 

@@ -13,6 +13,10 @@ from pathlib import Path
 from loomcli.console import Lines, color, corpus, err, highlight, out, print_json, shown
 from loomcli.errors import LoomError
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 COLORS = ("auto", "always", "never")  # --color WHEN
 
 
@@ -37,10 +41,43 @@ def search(config: str | None, query: list[str], limit: int | None, mode: str | 
     return 0 if result.hits else 1
 
 
-def get(config: str | None, path: str, offset: int, length: int | None, as_json: bool
-        ) -> int:
+def _line_range(text: str, sep: str) -> tuple[int, int | None] | None:
+    """"12" -> (12, 12); "12<sep>20" -> (12, 20); "12<sep>" -> (12, None); else None."""
+    first, has_sep, last = text.partition(sep)
+    if not (first.isascii() and first.isdigit()) or (last and not (last.isascii()
+                                                                   and last.isdigit())):
+        return None
+    return int(first), (int(last) if last else None) if has_sep else int(first)
+
+
+def get(config: str | None, path: str, offset: int, length: int | None, as_json: bool,
+        lines: str | None = None) -> int:
+    """`lines`: --lines A:B (A, A:, :B); or PATH:LINE / PATH:LINE-LINE, as grep prints
+    them, when PATH itself is not an indexed file."""
+    from loomcli.errors import IndexMissingError
+
     found = corpus(config)
-    got = found.get(found.index_path_of(path), offset, length)
+    if lines is not None:
+        if offset or length is not None:
+            raise LoomError("--lines and --offset/--length cannot be used together",
+                            "choose one")
+        span = _line_range("1" + lines if lines.startswith(":") else lines, ":")
+        if span is None:
+            raise LoomError(f"--lines takes A:B, A: or :B (line numbers), got {lines!r}",
+                            "e.g. --lines 12:20")
+        got = found.get_lines(found.index_path_of(path), *span)
+    else:
+        try:
+            got = found.get(found.index_path_of(path), offset, length)
+        except IndexMissingError:
+            name, colon, where = path.rpartition(":")
+            span = _line_range(where, "-") if colon and name else None
+            if span is None or offset or length is not None:
+                raise
+            page = name.rpartition(":")  # a PDF's hit: PATH:pPAGE:LINE
+            if page[1] and page[2][:1] == "p" and page[2][1:].isdigit():
+                name = page[0]
+            got = found.get_lines(found.index_path_of(name), *span)
     if as_json:
         print_json(got.to_dict())
     else:
@@ -49,33 +86,58 @@ def get(config: str | None, path: str, offset: int, length: int | None, as_json:
     return 0
 
 
-def grep(config: str | None, pattern: str, *, path: str | None, glob: list[str] | None,
-         case: str | None, fixed: bool, word: bool, files_with_matches: bool, count: bool,
-         only_matching: bool, after: int | None, before: int | None, context: int | None,
-         max_count: int | None, color_when: str, heading: bool | None, limit: int | None,
-         here: bool, as_json: bool) -> int:
+def grep(config: str | None, pattern: str | None, *, path: str | None,
+         glob: list[str] | None, case: str | None, fixed: bool, word: bool,
+         files_with_matches: bool, count: bool, only_matching: bool, after: int | None,
+         before: int | None, context: int | None, max_count: int | None, color_when: str,
+         heading: bool | None, limit: int | None, here: bool, as_json: bool,
+         regexp: list[str] | None = None, invert: bool = False, quiet: bool = False,
+         line_number: bool = True, types: list[str] | None = None,
+         types_not: list[str] | None = None, files_without_match: bool = False,
+         multiline: bool = False) -> int:
     """`color_when` is one of COLORS (the caller refuses others as a usage error);
-    `case` the last of -i/-s/-S given (None: the default, smart)."""
-    from loomcli.grep_printer import Printer
+    `case` the last of -i/-s/-S given (None: the default, smart); `regexp`: the -e
+    patterns (then no `pattern`)."""
+    from loomcli.grep_printer import PATH, RESET, Printer
 
+    if regexp and pattern is not None:
+        raise LoomError("-e and a PATTERN argument cannot be used together",
+                        "give every pattern with -e (loom grep reads the whole index; "
+                        "--path picks one file)")
+    patterns: str | list[str] = regexp if regexp else pattern or ""
     shapes = [flag for flag, on in (("-l", files_with_matches), ("-c", count),
-                                    ("-o", only_matching)) if on]
-    if len(shapes) > 1 or (shapes and as_json):
+                                    ("-o", only_matching),
+                                    ("--files-without-match", files_without_match)) if on]
+    if not quiet and (len(shapes) > 1 or (shapes and as_json)):
         both = " and ".join(shapes + (["--json"] if as_json else []))
         raise LoomError(f"{both} cannot be used together", "choose one")
     mode = ("files" if files_with_matches else "count" if count
             else "only" if only_matching else "lines")
     painted = color(color_when)
-    if mode != "lines":
+    if mode != "lines" or quiet or files_without_match:
         before = after = context = None  # ripgrep prints no context with -l, -c, -o
     found_in = corpus(config)
+    options: dict[str, Any] = dict(
+        path=None if path is None else found_in.index_path_of(path), globs=glob,
+        case=case, fixed=fixed, word=word, within=Path.cwd() if here else None,
+        invert=invert, multiline=multiline, types=types, types_not=types_not)
+    if files_without_match and not quiet:
+        write = Lines()
+        n = 0
+        for shown_path in found_in.grep_files_without_match(patterns, **options):
+            write(f"{PATH}{shown(shown_path)}{RESET}" if painted else shown(shown_path))
+            n += 1
+        write.flush()
+        return 0 if n else 1
     lines = found_in.grep_lines(
-        pattern, path=None if path is None else found_in.index_path_of(path), globs=glob,
-        context=context, case=case,
-        fixed=fixed, word=word, before=before, after=after,
-        max_count=1 if files_with_matches else max_count,
-        every=only_matching or (painted and mode == "lines"),
-        within=Path.cwd() if here else None)
+        patterns, context=context, before=before, after=after,
+        max_count=1 if files_with_matches or quiet else max_count,
+        every=(only_matching or (painted and mode == "lines")) and not quiet, **options)
+    if quiet:  # -q: the exit code says it all; the first match ends the search
+        if files_without_match:
+            return 0 if next(iter(found_in.grep_files_without_match(patterns, **options)),
+                             None) is not None else 1
+        return 0 if next(iter(lines), None) is not None else 1
     found = 0
     if as_json:
         matches, truncated = [], False
@@ -90,7 +152,8 @@ def grep(config: str | None, pattern: str, *, path: str | None, glob: list[str] 
     write = Lines()
     printer = Printer(write, mode=mode, color=painted,
                       heading=sys.stdout.isatty() if heading is None else heading,
-                      context=bool(before or after or context), shown=shown)
+                      context=bool(before or after or context), shown=shown,
+                      line_number=line_number)
     truncated = False
     for m in lines:
         if found == limit:

@@ -79,7 +79,8 @@ GREP = Tool(
     "case_sensitive) in every indexed file, or one (path), or those matching gitignore-"
     "style globs. One result per matching line: path, line, byte offset, PDF page, the "
     "line, and `context` lines around it; at most `limit` (50, max 500), `truncated` "
-    "when cut. Then call loom_get_file(path, offset=offset - 500, length=2000) to read "
+    "when cut. `type`: only files of these kinds (ripgrep's names: md, txt, pdf, html, "
+    "docx…). Then call loom_get_file(path, offset=offset - 500, length=2000) to read "
     "around a hit.",
     _schema({"pattern": {"type": "string"},
              "path": _nullable("string"),
@@ -87,11 +88,13 @@ GREP = Tool(
                                 {"type": "null"}], "default": None},
              "context": {"type": "integer", "default": 0},
              "case_sensitive": {"type": "boolean", "default": False},
-             "limit": {"type": "integer", "default": GREP_LIMIT}},
+             "limit": {"type": "integer", "default": GREP_LIMIT},
+             "type": {"anyOf": [{"type": "array", "items": {"type": "string"}},
+                                {"type": "null"}], "default": None}},
             ["pattern"]),
     lambda c, a: c.grep(a["pattern"], path=a.get("path"), globs=a.get("glob"),
                         context=a.get("context"), case_sensitive=a.get("case_sensitive", False),
-                        limit=a.get("limit")).to_dict(),
+                        limit=a.get("limit"), types=a.get("type")).to_dict(),
     lambda r: (_count(len(r.get("matches", [])), "match")
                + (" (truncated)" if r.get("truncated") else "")),
 )

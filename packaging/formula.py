@@ -6,12 +6,16 @@
         output in its `test do` block is what the installed `loom` prints (check.sh runs
         that part). Ruby syntax is checked when ruby is installed.
 
-    python packaging/formula.py update [--version 0.2.0] [--tarball-sha256 HEX]
-        The release step on a machine without Homebrew (with Homebrew, use
-        `brew update-python-resources packaging/homebrew/loom-index.rb`): pip resolves
-        the runtime dependencies, each sdist's URL and sha256 come from the index pip is
-        configured with (PEP 691 JSON; no index host is written here), and the blocks
-        between `# resources: begin` and `# resources: end` are replaced.
+    python packaging/formula.py update [--version X.Y.Z] [--tarball-sha256 HEX]
+        The release step, once the tag is pushed: the url's version is the package's
+        (loomcli/__init__.py) unless given; the sha256 is that of the tag's tarball,
+        downloaded and hashed unless given; pip resolves the runtime dependencies, each
+        sdist's URL and sha256 come from the index pip is configured with (PEP 691 JSON;
+        no index host is written here), and the blocks between `# resources: begin` and
+        `# resources: end` are replaced. (With Homebrew at hand, `brew
+        update-python-resources` writes the same resources.)
+
+    `check` also refuses a formula whose url is for another version than the package's.
 """
 
 from __future__ import annotations
@@ -65,12 +69,41 @@ def resolve(target: str = str(ROOT)) -> list[tuple[str, str]]:
     return sorted((n, v) for n, v in pins if norm(n) != "loom-index")
 
 
+def package_version() -> str:
+    """The version the package says it is (loomcli/__init__.py, as pyproject reads it)."""
+    m = re.search(r'^__version__ = "([^"]+)"', (ROOT / "loomcli" / "__init__.py").read_text(),
+                  re.M)
+    if not m:
+        raise SystemExit("loomcli/__init__.py has no __version__")
+    return m.group(1)
+
+
+def url_version(text: str) -> str | None:
+    """The version of the tag tarball the formula's url names."""
+    m = re.search(r'^  url ".*/v([0-9][^/"]*)\.tar\.gz"$', text, re.M)
+    return m.group(1) if m else None
+
+
+def tarball_sha256(url: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=120) as resp:
+        for block in iter(lambda: resp.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def check(wheel: str, formula: Path = FORMULA) -> None:
     text = formula.read_text()
+    problems: list[str] = []
+    if url_version(text) != package_version():
+        problems.append(f"the url is for v{url_version(text)}, the package is "
+                        f"{package_version()}: python packaging/formula.py update")
     named = {norm(n) for n in re.findall(r'^  resource "([^"]+)" do$', text, re.M)}
     needed = {norm(n) for n, _ in resolve(wheel)}
-    problems = [f"resource {n} is not a dependency of {Path(wheel).name}"
-                for n in sorted(named - needed)]
+    problems += [f"resource {n} is not a dependency of {Path(wheel).name}"
+                 for n in sorted(named - needed)]
     problems += [f"resource {n} is excluded by pypi_packages" for n in sorted(
         named & excluded(text))]
     if not re.search(r"^  test do\n(.*\n)*?.*bin/\"loom\", \"scan\"", text, re.M):
@@ -138,11 +171,12 @@ def main() -> None:
     text = FORMULA.read_text()
     text = re.sub(r"(  # resources: begin\n).*?(  # resources: end\n)",
                   lambda m: m.group(1) + "\n".join(blocks) + m.group(2), text, flags=re.S)
-    if args.version:
-        text = re.sub(r"/v[0-9][^/]*\.tar\.gz", f"/v{args.version}.tar.gz", text)
-    if args.tarball_sha256:
-        text = re.sub(r'(\n  sha256 ")[0-9a-f]{64}(")', rf"\g<1>{args.tarball_sha256}\2",
-                      text, count=1)
+    version = args.version or package_version()
+    text = re.sub(r"/v[0-9][^/]*\.tar\.gz", f"/v{version}.tar.gz", text)
+    url = re.search(r'^  url "([^"]+)"$', text, re.M)
+    assert url is not None
+    sha = args.tarball_sha256 or tarball_sha256(url.group(1))
+    text = re.sub(r'(\n  sha256 ")[0-9a-f]{64}(")', rf"\g<1>{sha}\2", text, count=1)
     FORMULA.write_text(text)
     print(f"{FORMULA}: {len(blocks)} resources")
 

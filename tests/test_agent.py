@@ -77,6 +77,8 @@ def loom(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 
 
 def conversation_turns(loom_home: Path) -> list[tuple[str, int, str]]:
+    if not (loom_home / "conversations.db").exists():
+        return []  # no turn kept yet: a failed ask makes no file
     db = sqlite3.connect(loom_home / "conversations.db")
     try:
         return db.execute("SELECT conversation_id, n, question FROM turns ORDER BY "

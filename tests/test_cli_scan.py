@@ -31,11 +31,14 @@ def loom(*args: str, env: dict | None = None, check: int | None = 0,
 def test_scan_json_report_keys_and_exit_codes(notes):
     out = json.loads(loom("scan", str(notes), "--json").stdout)
     assert list(out) == ["added", "updated", "moved", "removed", "skipped", "failed",
-                         "duration_ms", "errors", "skips"]
-    assert (out["added"], out["failed"], out["errors"]) == (9, 0, [])
+                         "duration_ms", "errors", "skips", "unchanged"]
+    assert (out["added"], out["failed"], out["errors"], out["unchanged"]) == (9, 0, [], 0)
     human = loom("scan", str(notes))
-    assert human.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 9, "
-                                   "failed 0 in ")
+    assert human.stdout.startswith("added 0, updated 0, moved 0, removed 0, unchanged 9, "
+                                   "skipped 0, failed 0 in ")
+    again = json.loads(loom("scan", str(notes), "--json").stdout)
+    # `skipped` counts unchanged files too, as it always has; `unchanged` only them
+    assert (again["skipped"], again["unchanged"], again["skips"]) == (9, 9, [])
     assert human.stdout.count("\n") == 1 and human.stderr == ""
 
 
@@ -47,7 +50,8 @@ def test_failures_exit_1_with_reasons_on_stderr(tmp_path, loom_home):
     bad = tmp_path / "bad"
     shutil.copytree(FIXTURES / "bad", bad)
     proc = loom("scan", str(bad), check=1)
-    assert proc.stdout.startswith("added 1, updated 0, moved 0, removed 0, skipped 1, failed 2")
+    assert proc.stdout.startswith("added 1, updated 0, moved 0, removed 0, unchanged 0, "
+                                  "skipped 1, failed 2")
     assert "loom: failed: truncated.pdf: damaged or unsupported PDF" in proc.stderr
     # A scan without OCR is a valid PDF without text: skipped, saying why.
     assert ("loom: skipped 1 file with no text to index (e.g. scanned-receipt.pdf: PDF has "

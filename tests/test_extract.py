@@ -49,6 +49,8 @@ def test_binary_posing_as_text_is_refused():
     ("a.org", "#+TITLE: Org Title\n* x", "Org Title"),
     ("a.rst", "=====\nRST Title\n=====\n\ntext", "RST Title"),
     ("a.rst", "Plain Title\n-----------\n", "Plain Title"),
+    ("_sources/intro.rst.txt", "Getting Started\n===============\n", "Getting Started"),
+    ("notes.txt", "Not RST\n=======\n", "notes"),  # a plain .txt keeps its name
     ("a.adoc", "= Adoc Title\n\ntext", "Adoc Title"),
     ("dir/no-heading.txt", "just words", "no-heading"),
     ("dir/a.b.TXT", "no # heading", "a.b"), ("dir/.hidden", "x", ".hidden"),

@@ -105,6 +105,13 @@ FAST_LINES = [
     ["grep", "-l", "-c", "warp"], ["grep", "-c", "--json", "warp"],  # loom's own errors
     ["grep", "[unclosed"], ["grep", ""], ["grep", " "], ["grep", "nothing-matches-this"],
     ["grep", "--path", "-i", "warp"],  # click takes the word after --path as its value
+    ["grep", "-v", "-c", "warp"], ["grep", "-q", "warp"], ["grep", "-q", "zzz-nothing"],
+    ["grep", "-e", "warp", "-e", "tension"], ["grep", "-e", "warp", "tension"],
+    ["grep", "--regexp=warp", "-c"], ["grep", "-N", "warp"], ["grep", "-vN", "warp"],
+    ["grep", "--no-line-number", "-C1", "warp"], ["grep", "-t", "md", "warp"],
+    ["grep", "-T", "pdf", "-c", "warp"], ["grep", "--type=nope", "warp"],
+    ["grep", "--files-without-match", "warp"], ["grep", "-U", "-c", r"warp\s+\w"],
+    ["grep", "-te", "x"],  # -t takes "e" as its value
     ["--config", "CONFIG", "grep", "warp"], ["--config=CONFIG", "grep", "-c", "warp"],
     ["--config", "MISSING", "grep", "warp"],
     ["--config", "CONFIG", "--config", "MISSING", "grep", "warp"],
@@ -124,16 +131,21 @@ FAST_LINES = [
     ["get", "manuals/field-guide.pdf", "--length", "100"], ["get", "nope.md"],
     ["get", "welcome.md", "--offset", "100000"], ["get", "./welcome.md", "--length", "5"],
     ["get", "--", "welcome.md"], ["--config", "CONFIG", "get", "welcome.md", "--length", "9"],
+    ["get", "welcome.md:3"], ["get", "welcome.md:2-4"], ["get", "welcome.md:99"],
+    ["get", "welcome.md", "--lines", "2:4"], ["get", "welcome.md", "--lines=x"],
+    ["get", "--lines", "3:", "welcome.md", "--json"],
+    ["--version"], ["--config", "CONFIG", "--version"],
 ]
 
 # What the fast path leaves to typer: help, other commands, anything malformed.
 TYPER_LINES = [
-    [], ["--help"], ["-h"], ["--version"], ["files"], ["status"], ["grep"], ["search"],
+    [], ["--help"], ["-h"], ["files"], ["status"], ["grep"], ["search"],
     ["get"], ["grep", "--help"], ["grep", "-h"], ["grep", "warp", "-h"], ["grep", "-ih", "x"],
     ["search", "--help"], ["get", "--help"], ["grep", "x", "y"], ["get", "a", "b"],
     ["scan", "--help"], ["scan", "-v", "-h"], ["scan", "--bogus"], ["scan", "--json=1"],
     ["scan", "-x"], ["scan", "-vx"], ["--config", "CONFIG", "scan", "--bogu"],
-    ["grep", "--bogus", "x"], ["grep", "-e", "x"], ["grep", "--lim", "1", "x"],
+    ["grep", "--bogus", "x"], ["grep", "-e"], ["grep", "-e", "x", "y", "z"],
+    ["grep", "--lim", "1", "x"], ["grep", "--type"], ["grep", "-N=1", "x"],
     ["grep", "--limit", "0", "x"], ["grep", "--limit", "-1", "x"], ["grep", "--limit", "x", "y"],
     ["grep", "--limit"], ["grep", "-C"], ["grep", "-C=1", "x"], ["grep", "-A", "+1", "x"],
     ["grep", "--json=1", "x"], ["grep", "--no-heading=1", "x"], ["grep", "--color", "bogus", "x"],
@@ -141,7 +153,8 @@ TYPER_LINES = [
     ["search", "--bogus", "x"], ["get", "--offset", "-1", "x"], ["get", "--length", "1e3", "x"],
     ["--config"], ["--config", "CONFIG"], ["--bogus", "grep", "x"], ["--", "grep", "x"],
     ["-h", "grep", "x"], ["grep", "--install-completion", "x"], ["grp", "x"],
-    ["--config", "CONFIG", "--version"], ["--config", "CONFIG", "files"],
+    ["--config", "CONFIG", "files"], ["--version", "--bogus"], ["-h", "--version"],
+    ["--version", "grep", "x"],
 ]
 
 
@@ -325,3 +338,14 @@ def test_the_fast_path_knows_exactly_typer_s_options_and_defaults(name, options,
         if options[names[0]][1] != "off":
             assert defaults[dest] == param.default, f"{name} {names}: default differs"
     assert set(options) == typer_names
+
+
+def test_version_answers_without_importing_typer(corpus: dict[str, Path]) -> None:
+    from loomcli import __version__
+
+    out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
+                         ["--version"], corpus)
+    assert (out, code) == (f"loom {__version__}\n", 0)
+    modules = {line.split("|")[-1].strip() for line in err.splitlines()
+               if line.startswith("import time:")}
+    assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}

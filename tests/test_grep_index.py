@@ -130,13 +130,14 @@ def test_a_writer_waits_for_the_builder_instead_of_failing(tmp_path):
     turns = locks.Turns(db)
     try:
         assert turns.take()  # the builder writes a batch
-        entered = threading.Event()
+        entered, done = threading.Event(), threading.Event()
         errors: list[BaseException] = []
 
         def forget_like() -> None:  # write_lock without on_wait: busy is an error…
             try:
                 with locks.write_lock(db):
                     entered.set()
+                    done.wait()  # writing until the test has looked
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
 
@@ -158,10 +159,16 @@ def test_a_writer_waits_for_the_builder_instead_of_failing(tmp_path):
             os.close(probe)
         assert not entered.is_set()
         turns.give_back()
-        assert not turns.take()  # the builder stops: a writer waits
+        assert not turns.take()  # the builder stops: a writer waits, or writes
+        assert entered.wait(60), errors  # the writer got the lock the builder gave back
+        assert not turns.take()  # and holds it while it writes
+        done.set()
         writer.join()
-        assert entered.is_set() and not errors
+        assert not errors
+        assert turns.take()  # the writer is done: the builder's turn again
+        turns.give_back()
     finally:
+        done.set()
         turns.close()
         os.close(builder)
     assert not locks.building(db)

@@ -491,3 +491,11 @@ def test_mcp_answers_every_error_as_json(server):
                     req("POST", "/mcp", b'{"x": 1}', "Accept: text/html\r\n")):
         [(status, body)] = raw_exchange(server.url, request)[:1]
         assert 400 <= status < 500 and body["error"], (request[:60], status, body)
+
+
+def test_grep_by_ripgrep_type(server):
+    status, pdfs = server.call("POST", "/grep", {"pattern": "warp", "type": ["pdf"]})
+    assert status == 200 and pdfs["matches"]
+    assert all(m["path"].endswith(".pdf") for m in pdfs["matches"])
+    status, body = server.call("POST", "/grep", {"pattern": "warp", "type": ["nope"]})
+    assert status == 400 and body["error"].startswith("unrecognized file type: nope")

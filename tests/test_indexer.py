@@ -17,7 +17,7 @@ from loomcli.store import Store
 from .conftest import FIXTURES, write
 
 KEYS = ["added", "updated", "moved", "removed", "skipped", "failed", "duration_ms", "errors",
-        "skips"]
+        "skips", "unchanged"]
 
 
 def run(folder: Path, *, force: bool = False, cfg: config.Config | None = None) -> dict:

@@ -80,7 +80,13 @@ def test_agent_session_lists_tools_greps_reads_scans_and_gets_tool_errors(notes,
     assert {m["page"] for m in grep["matches"] if m["path"].endswith(".pdf")} == {4}
     assert (scan["added"], scan["failed"]) == (1, 0)
     assert list(scan) == ["added", "updated", "moved", "removed", "skipped", "failed",
-                          "duration_ms", "errors", "skips"]
+                          "duration_ms", "errors", "skips", "unchanged"]
+    from loomcli.discover import DOCUMENTS
+
+    kinds = {"note", *DOCUMENTS.values()}
+    assert all(kind in descriptions["loom_list_files"] for kind in kinds)
+    assert "note or pdf" not in descriptions["loom_list_files"]
+    assert {f["kind"] for f in files["files"]} <= kinds
     assert escape.is_error and "escapes the index" in escape.content[0].text
     assert "root:" not in escape.content[0].text
     assert bad.is_error and "invalid pattern" in bad.content[0].text

@@ -145,19 +145,19 @@ def test_files_left_for_want_of_tesseract_are_read_once_it_is_installed(tmp_path
     assert "install Tesseract" in next(e["error"] for e in first["errors"]
                                        if e["path"] == "receipt.png")
     again = scan(str(folder), path=without, check=1)  # nothing changed: nothing is read
-    assert again.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 3, "
-                                   "failed 2")
+    assert again.stdout.startswith("added 0, updated 0, moved 0, removed 0, unchanged 2, "
+                                   "skipped 1, failed 2")
     assert "failed: " not in again.stderr  # known failures are summed up, not re-extracted
 
     installed = scan(str(folder), path=with_it, check=1)  # no --force
-    assert installed.stdout.startswith("added 0, updated 3, moved 0, removed 0, skipped 1, "
-                                       "failed 1"), installed.stdout
+    assert installed.stdout.startswith("added 0, updated 3, moved 0, removed 0, unchanged 1, "
+                                       "skipped 0, failed 1"), installed.stdout
     assert "failed: " not in installed.stderr  # truncated.pdf was not tried again
     found = {line.split(":")[0] for line in loom("grep", "FT-2026-07[0-9]{2}").stdout.splitlines()}
     assert found == {"scanned-letter.pdf", "mixed-manual.pdf", "receipt.png"}
     settled = scan(str(folder), path=with_it, check=1)
-    assert settled.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 4, "
-                                     "failed 1")
+    assert settled.stdout.startswith("added 0, updated 0, moved 0, removed 0, unchanged 4, "
+                                     "skipped 0, failed 1")
 
 
 def test_a_change_of_ocr_enabled_or_languages_tries_those_files_again(tmp_path, loom_home):

@@ -49,7 +49,7 @@ def test_formula_has_install_and_a_test_block_that_scans_and_greps():
 
 def test_formula_check_refuses_a_resource_the_package_does_not_need(tmp_path):
     stale = tmp_path / "stale.rb"
-    stale.write_text(FORMULA.read_text().replace(
+    stale.write_text(FORMULA.read_text().replace("/v0.", "/v9.").replace(
         "  # resources: begin\n",
         '  # resources: begin\n  resource "requests" do\n    url "x"\n    sha256 "0"\n  end\n'
         '  resource "pypdfium2" do\n    url "x"\n    sha256 "0"\n  end\n'))
@@ -58,6 +58,14 @@ def test_formula_check_refuses_a_resource_the_package_does_not_need(tmp_path):
     assert proc.returncode == 1
     assert "resource requests is not a dependency of" in proc.stderr
     assert "resource pypdfium2 is excluded by pypi_packages" in proc.stderr
+    assert "the url is for v9." in proc.stderr  # not the package's version
+
+
+def test_the_formula_is_for_the_package_s_version():
+    from loomcli import __version__
+
+    url = re.search(r'^  url "(.*)"$', FORMULA.read_text(), re.M)
+    assert url and url.group(1).endswith(f"/v{__version__}.tar.gz")
 
 
 @pytest.mark.skipif(shutil.which("ruby") is None, reason="ruby not installed (.ci/run "

@@ -39,8 +39,8 @@ def test_icon_pdfs_are_skipped_and_the_scan_exits_0(tmp_path, loom_home):
         f"doc/latex/pkg{i}/logo{i}.pdf" for i in range(4)]
     assert all(s["reason"].startswith("PDF has no text") for s in report["skips"])
     again = loom("scan", str(tree))
-    assert again.stdout.startswith("added 0, updated 0, moved 0, removed 0, skipped 6, "
-                                   "failed 0")
+    assert again.stdout.startswith("added 0, updated 0, moved 0, removed 0, unchanged 2, "
+                                   "skipped 4, failed 0")
     assert again.stderr == ""  # known skips are not said again
     listed = loom("status", "--skipped").stdout.splitlines()
     assert len(listed) == 4 and listed[0].startswith("doc/latex/pkg0/logo0.pdf: PDF has no")

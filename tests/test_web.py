@@ -635,6 +635,13 @@ def test_status_lists_failures_and_scan_shows_progress(serve, notes):
     expect(page.locator("#scan-progress")).to_have_attribute("value", "1")
     expect(page.locator("#status-facts")).to_contain_text("Files10 (8 notes")
     expect(page.locator("#status-facts")).to_contain_text("Grep indexcomplete")
+    # The CLI's words and units: unchanged files are "unchanged", sizes the CLI's
+    expect(page.locator("#scan-state")).to_contain_text("9 unchanged")
+    expect(page.locator("#status-facts")).to_contain_text("Skipped0 (no text)")
+    from loomcli.console import size
+
+    status = tab.server.call("GET", "/status")[1]
+    expect(page.locator("#status-facts")).to_contain_text(f"Text{size(status['text_bytes'])}")
     events = tab.posts("/scan")
     assert len(events) == 1 and events[0].post_data_json == {"stream": True, "force": False}
 

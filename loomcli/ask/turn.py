@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from loomcli import ask
 from loomcli.ask import agent, history
-from loomcli.conversations import Conversation, Conversations
+from loomcli.conversations import Conversation, Conversations, Later
 from loomcli.errors import ToolsUnsupported
 from loomcli.providers import DEFAULT_WINDOW, Message
 
@@ -76,7 +76,8 @@ def model_text(provider: Provider, window: int | None
 
 
 def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
-        conv: Conversation | None, settings: Settings, *, store: Conversations | None,
+        conv: Conversation | None, settings: Settings, *,
+        store: Conversations | Later | None,
         on_text: Callable[[str], None] | None = None,
         on_step: Callable[[agent.Step], None] | None = None,
         on_warning: Callable[[str], None] | None = None,

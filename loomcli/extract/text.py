@@ -136,7 +136,8 @@ def title_of(text: str, relpath: str) -> str:
         m = _ADOC_TITLE.search(head)
         if m:
             return m.group(1).strip()
-    if suffix == ".rst":
+    if suffix == ".rst" or (suffix == ".txt" and stem.lower().endswith(".rst")):
+        # (Sphinx publishes its sources as NAME.rst.txt)
         lines = head.splitlines()
         for i in range(len(lines) - 1):
             line = lines[i].strip()

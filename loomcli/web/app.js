@@ -148,13 +148,14 @@ function pageOf(pages, offset) {
   return lo || 1;
 }
 
+// Sizes as the CLI gives them: decimal units (1 MB = 1,000,000 bytes).
 function bytes(n) {
-  if (n < 1024) return `${n} B`;
-  const units = ["KB", "MB", "GB", "TB"];
+  if (n < 1000) return `${n} B`;
+  const units = ["kB", "MB", "GB", "TB"];
   let v = n;
   let u = -1;
-  do { v /= 1024; u += 1; } while (v >= 1024 && u < units.length - 1);
-  return `${v.toFixed(v < 10 ? 1 : 0)} ${units[u]}`;
+  do { v /= 1000; u += 1; } while (v >= 1000 && u < units.length - 1);
+  return `${v.toFixed(1)} ${units[u]}`;
 }
 
 function when(seconds) {
@@ -966,6 +967,7 @@ views.status = (() => {
     const pairs = [
       ["Files", `${s.files} (${s.notes} notes, ${s.pdfs} PDFs, ${s.documents} other documents)`],
       ["Failed", String(s.failed)],
+      ["Skipped", `${s.skipped} (no text)`],
       ["Text", bytes(s.text_bytes)],
       ["Index", `${s.index} · ${bytes(s.index_bytes)}`],
       ["Config", s.config],
@@ -988,8 +990,12 @@ views.status = (() => {
   }
 
   function summary(r) {
-    const parts = ["added", "updated", "moved", "removed", "skipped", "failed"]
-      .filter((k) => r[k]).map((k) => `${r[k]} ${k}`);
+    // `unchanged`: found as they were; `skipped`: no text (an older report counted
+    // both in `skipped`).
+    const skipped = (r.skips || []).length;
+    const counts = { ...r, skipped, unchanged: r.unchanged ?? (r.skipped || 0) - skipped };
+    const parts = ["added", "updated", "moved", "removed", "unchanged", "skipped", "failed"]
+      .filter((k) => counts[k]).map((k) => `${counts[k]} ${k}`);
     return `${parts.join(", ") || "nothing changed"} in ${((r.duration_ms || 0) / 1000).toFixed(1)} s`;
   }
 

@@ -1,13 +1,14 @@
 # Homebrew formula for loom (distribution loom-index). Release steps: packaging/README.md.
-# The resource blocks are written by Homebrew's own tooling at release:
-#   brew update-python-resources packaging/homebrew/loom-index.rb
-# which reads `pypi_packages` below; do not edit them by hand.
+# url, sha256 and the resource blocks are filled at release, once the tag is pushed:
+#   python packaging/formula.py update
+# (version from the package, the tarball's sha256 and each resource computed; or
+# Homebrew's `brew update-python-resources`); do not edit them by hand.
 class LoomIndex < Formula
   include Language::Python::Virtualenv
 
   desc "Local, searchable memory of your notes and documents, for people and LLMs"
   homepage "https://github.com/loom-index/loom"
-  url "https://github.com/loom-index/loom/archive/refs/tags/v0.2.0.tar.gz"
+  url "https://github.com/loom-index/loom/archive/refs/tags/v0.1.0.tar.gz"
   sha256 "0000000000000000000000000000000000000000000000000000000000000000"
   license "MIT"
 
