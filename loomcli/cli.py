@@ -672,7 +672,7 @@ def _invoked(argv: list[str]) -> typer.Typer:
 
 def main() -> NoReturn:
     """Run the app; every error becomes one `loom: …` line on stderr and an exit code."""
-    from loomcli.fastpath import one_blas_thread
+    from loomcli.process import one_blas_thread
 
     one_blas_thread()  # also when called directly, not through fastpath.main
     from loomcli.compat import click_exceptions

@@ -21,6 +21,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from loomcli.process import one_blas_thread
+
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -261,19 +263,6 @@ def _scan(config: str | None, args: list[str]) -> Callable[[], int] | None:
 
     dirs = [Path(d) for d in parsed[1]]
     return lambda: scan(config, dirs, **values)  # type: ignore[arg-type]
-
-
-# Numerical work in a loom process is one query vector at a time (the scan's embedding
-# workers set the same): a second BLAS thread only spins. Measured on the shared 2-core
-# machine: one query's embedding 228 ms of CPU with OpenBLAS's default two threads, 3 ms
-# with one; a cold hybrid search's CPU 0.55 -> 0.37 s. Set before numpy is imported; a
-# value the user set is kept.
-BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def one_blas_thread() -> None:
-    for name in BLAS_THREADS:
-        os.environ.setdefault(name, "1")
 
 
 def main() -> NoReturn:
