@@ -61,6 +61,8 @@ CONVERSATIONS_LIMIT, CONVERSATIONS_LIMIT_MAX = 20, 1000
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
+Sending = Callable[["Prompt | None", str], None]  # (what is sent, the model) before a call
+
 CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
 
 
@@ -827,7 +829,7 @@ class Corpus:
         from loomcli.ask import history, turn
         from loomcli.conversations import Conversations
 
-        with Conversations.open() as store:
+        with Conversations.open(self.conversations_path, readonly=True) as store:
             conv = store.get(self.conversation_for(conversation_id) or "")
         plan = turn.budget(self, providers.from_config(self.config), question, HISTORY_SHARE)
         return (history.retrieval_text(conv, question),
@@ -864,13 +866,16 @@ class Corpus:
             on_text: Callable[[str], None] | None = None, mode: Any = None,
             on_warning: Callable[[str], None] | None = None, agent: Any = None,
             conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
-            keep: bool = True, clock: Callable[[], float] = time.perf_counter,
-            model: Any = None) -> Answer:
+            keep: Any = None, clock: Callable[[], float] = time.perf_counter,
+            model: Any = None, on_sending: Sending | None = None) -> Answer:
         """Answer from the notes: one LLM call over the best files fitted to the model's
         window, or (agent) a bounded loop in which the model searches, greps and reads.
         With a conversation_id, a follow-up of that conversation; the turn is kept (a new
-        conversation when None). Nothing matching a plain ask: an empty Answer (no call,
-        nothing kept). `model`: this call's model instead of [llm] model."""
+        conversation when None) unless `keep` is false (None: `[ask] keep`): then the
+        conversations file is read (a follow-up) but neither created nor written. Nothing
+        matching a plain ask: an empty Answer (no call, nothing kept). `model`: this call's
+        model instead of [llm] model. `on_sending(prompt, model)`: just before the model is
+        called (prompt None for an agent), for a terminal's status line."""
         from loomcli import providers
         from loomcli.ask import turn
         from loomcli.conversations import Conversations
@@ -890,21 +895,24 @@ class Corpus:
                 made.append(providers.from_config(cfg))
             return made[0]
 
+        keep = self.keep_on(keep)
         if not keep and cid is None:
             return turn.run(self, chosen, question, None, settings, store=None,
                             on_text=on_text, on_step=on_step, on_warning=on_warning,
-                            clock=clock)
-        with Conversations.open() as store:
+                            clock=clock, on_sending=on_sending)
+        with Conversations.open(self.conversations_path, readonly=not keep) as store:
             return turn.run(self, chosen, question, store.get(cid) if cid else None,
                             settings, store=store if keep else None, on_text=on_text,
-                            on_step=on_step, on_warning=on_warning, clock=clock)
+                            on_step=on_step, on_warning=on_warning, clock=clock,
+                            on_sending=on_sending)
 
     def ask_once(self, question: Any, top_k: Any = None, *,
                  provider: Provider | Callable[[], Provider],
                  on_text: Callable[[str], None] | None = None, mode: Any = None,
                  on_warning: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 retrieve_with: str | None = None, recalled: Any = None) -> Answer:
+                 retrieve_with: str | None = None, recalled: Any = None,
+                 on_sending: Sending | None = None) -> Answer:
         """One LLM call over the best files, fitted to the model's window (retrieved with
         `retrieve_with`, the conversation's words, when given; `recalled`: the earlier
         turns to send). Nothing matching: an empty Answer (no call)."""
@@ -928,6 +936,8 @@ class Corpus:
             return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
                                clock=clock, retrieve_with=retrieve_with, recalled=recalled)
 
+        if on_sending is not None:
+            on_sending(prompt, chosen.model)
         result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
         result.timings["total_ms"] = round((clock() - started) * 1000, 1)
         return result
@@ -944,6 +954,19 @@ class Corpus:
         self.agent_on(agent)
         return self.conversation_for(conversation_id)
 
+    def keep_on(self, keep: Any = None) -> bool:
+        """--keep / --no-keep / the `keep` field, else `[ask] keep`."""
+        return bool(self.config.get("ask.keep")) if keep is None else _bool("keep", keep)
+
+    @property
+    def conversations_path(self) -> Path:
+        """Where this corpus keeps its conversations: beside its index for a corpus of
+        `serve --corpus-root` (one corpus cannot read or continue another's), else under
+        the home."""
+        from loomcli.conversations import FILE_NAME, default_path
+
+        return self.db_path.parent / FILE_NAME if self.db_path else default_path()
+
     def agent_on(self, agent: Any = None) -> bool:
         """--agent / --no-agent / the `agent` field, else `[ask] agent`."""
         return bool(self.config.get("ask.agent")) if agent is None else _bool("agent", agent)
@@ -955,17 +978,46 @@ class Corpus:
 
         if cid is None and not last:
             return None
-        with Conversations.open() as store:
+        if cid is not None:
+            cid = check_id(cid)
+        if not self.conversations_path.exists():
+            if cid is None:
+                return None  # -c before any kept conversation: a new one
+            raise IndexMissingError(f"no conversation {cid!r}",
+                                    "`loom conversations` lists them")
+        with Conversations.open(self.conversations_path, readonly=True) as store:
             if cid is None:
                 return store.last_id()
-            return store.get(check_id(cid)).id
+            return store.get(cid).id
 
     def conversations(self, limit: Any = None) -> list[Any]:
         from loomcli.conversations import Conversations
 
         n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
-        with Conversations.open() as store:
+        if not self.conversations_path.exists():
+            return []
+        with Conversations.open(self.conversations_path, readonly=True) as store:
             return store.recent(n or CONVERSATIONS_LIMIT)
+
+    def remove_conversation(self, cid: Any) -> None:
+        """Delete one kept conversation (IndexMissingError when there is none)."""
+        from loomcli.conversations import Conversations, check_id
+
+        cid = check_id(cid)
+        if self.conversations_path.exists():
+            with Conversations.open(self.conversations_path) as store:
+                if store.remove(cid):
+                    return
+        raise IndexMissingError(f"no conversation {cid!r}", "`loom conversations` lists them")
+
+    def clear_conversations(self) -> int:
+        """Delete every kept conversation; how many there were."""
+        from loomcli.conversations import Conversations
+
+        if not self.conversations_path.exists():
+            return 0
+        with Conversations.open(self.conversations_path) as store:
+            return store.clear()
 
     def used_files(self, returned: list[Any]) -> list[Any]:
         """What an agent's tools returned (agent.Returned), as ask's `used` files with the

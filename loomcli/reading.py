@@ -13,6 +13,10 @@ from pathlib import Path
 from loomcli.console import Lines, color, corpus, err, highlight, out, print_json, shown
 from loomcli.errors import LoomError
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from loomcli.operations import Corpus
+
 COLORS = ("auto", "always", "never")  # --color WHEN
 
 
@@ -40,6 +44,7 @@ def search(config: str | None, query: list[str], limit: int | None, mode: str | 
 def get(config: str | None, path: str, offset: int, length: int | None, as_json: bool
         ) -> int:
     found = corpus(config)
+    path, offset = _at_offset(found, path, offset)
     got = found.get(found.index_path_of(path), offset, length)
     if as_json:
         print_json(got.to_dict())
@@ -47,6 +52,26 @@ def get(config: str | None, path: str, offset: int, length: int | None, as_json:
         newline = got.content and not got.content.endswith("\n") and sys.stdout.isatty()
         out(got.content, end="\n" if newline else "")
     return 0
+
+
+def _at_offset(found: Corpus, path: str, offset: int) -> tuple[str, int]:
+    """`PATH@OFFSET`, as `loom ask` prints its sources: the file from that byte. A file
+    whose own name ends in @digits is still read whole by its name."""
+    import re
+
+    at = re.fullmatch(r"(.+)@(\d{1,15})", path, re.DOTALL)
+    if at is None:
+        return path, offset
+    from loomcli.errors import IndexMissingError
+
+    try:
+        found.get(found.index_path_of(path), 0, 0)
+        return path, offset  # a file named so
+    except IndexMissingError:
+        pass
+    if offset:
+        raise LoomError(f"{path} gives an offset and so does --offset", "give one of them")
+    return at[1], int(at[2])
 
 
 def grep(config: str | None, pattern: str, *, path: str | None, glob: list[str] | None,
