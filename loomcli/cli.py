@@ -550,7 +550,8 @@ class Asking:
         if result.citations:
             for p in result.citations:
                 sent = by_path.get(p)  # None: cited from an earlier turn of the conversation
-                lines.append("  " + console.paint(_where(sent) if sent else _shown(p),
+                lines.append("  " + console.paint(_where(sent, result.quotes) if sent
+                                                  else _shown(p),
                                                   console.SOURCE, self.tint_out)
                              + (f"  {sent.title}" if sent else "  (earlier in the conversation)"))
         elif result.used:
@@ -560,16 +561,28 @@ class Asking:
         _out("\n".join(lines))
 
 
-def _where(used: Any) -> str:
-    """A sent file as `loom get` opens it at the first passage sent: `path@offset`, and
-    the page for a PDF (`manual.pdf@48213 p. 40`)."""
-    from loomcli.ask import page_label
+def _where(used: Any, quotes: list[Any] | None = None) -> str:
+    """A sent file as `loom get` opens it at its passage: `path@offset` (and the page of a
+    PDF: `manual.pdf@48213 (p. 40)`). The passage: the first quote of it the answer made
+    that was verified, else the window sent after the file's head, else its first span."""
+    from bisect import bisect_right
 
     where = _shown(used.path)
-    if used.byte_spans:
-        where += f"@{used.byte_spans[0][0]}"
-    pages = page_label(used.pages)
-    return where + (f" {pages}" if pages else "")
+    offset = passage_offset(used, quotes or [])
+    if offset is None:
+        return where
+    page = bisect_right(used.page_starts, offset) if used.page_starts else None
+    return f"{where}@{offset}" + (f" (p. {page})" if page else "")
+
+
+def passage_offset(used: Any, quotes: list[Any]) -> int | None:
+    for q in quotes:
+        if q.verified and q.path == used.path and q.offset is not None:
+            return int(q.offset)
+    spans = used.byte_spans
+    if not spans:
+        return None
+    return int(spans[1][0] if len(spans) > 1 else spans[0][0])
 
 
 def _timings(timings: dict[str, float]) -> str:

@@ -116,7 +116,9 @@ class Conversations:
         path = path or default_path()
         try:
             if readonly:
-                db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                # mode=rw, not ro: never created, never written, and as the last
+                # connection to close it removes the -wal and -shm files a read makes.
+                db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True,
                                      timeout=LOCK_WAIT_S, isolation_level=None)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,10 +13,6 @@ from pathlib import Path
 from loomcli.console import Lines, color, corpus, err, highlight, out, print_json, shown
 from loomcli.errors import LoomError
 
-TYPE_CHECKING = False  # typing's, without importing it (records.py)
-if TYPE_CHECKING:
-    from loomcli.operations import Corpus
-
 COLORS = ("auto", "always", "never")  # --color WHEN
 
 
@@ -44,7 +40,7 @@ def search(config: str | None, query: list[str], limit: int | None, mode: str | 
 def get(config: str | None, path: str, offset: int, length: int | None, as_json: bool
         ) -> int:
     found = corpus(config)
-    path, offset = _at_offset(found, path, offset)
+    path, offset = _at_offset(path, offset)
     got = found.get(found.index_path_of(path), offset, length)
     if as_json:
         print_json(got.to_dict())
@@ -54,21 +50,14 @@ def get(config: str | None, path: str, offset: int, length: int | None, as_json:
     return 0
 
 
-def _at_offset(found: Corpus, path: str, offset: int) -> tuple[str, int]:
-    """`PATH@OFFSET`, as `loom ask` prints its sources: the file from that byte. A file
-    whose own name ends in @digits is still read whole by its name."""
+def _at_offset(path: str, offset: int) -> tuple[str, int]:
+    """`PATH@OFFSET`, as `loom ask` prints its sources: the file from that byte. (No
+    indexed name ends in @digits: every indexed file has an extension.)"""
     import re
 
     at = re.fullmatch(r"(.+)@(\d{1,15})", path, re.DOTALL)
     if at is None:
         return path, offset
-    from loomcli.errors import IndexMissingError
-
-    try:
-        found.get(found.index_path_of(path), 0, 0)
-        return path, offset  # a file named so
-    except IndexMissingError:
-        pass
     if offset:
         raise LoomError(f"{path} gives an offset and so does --offset", "give one of them")
     return at[1], int(at[2])
