@@ -275,3 +275,151 @@ def test_sources_print_path_at_offset_that_get_opens_at_the_passage(dyes, loom_h
                               "--length", "8000").stdout
     both = loom("get", where, "--offset", "3")
     assert both.returncode == 2 and both.stderr.count("\n") == 1
+
+
+# -- a terminal that shows what is happening -------------------------------------------------
+
+class Terminal:
+    """`loom` on a real pseudo-terminal (its controlling terminal: Ctrl-C is a SIGINT from
+    the line discipline, as at a keyboard). `expect` waits for text to appear."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        import fcntl
+        import signal
+        import struct
+        import termios
+
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+
+        def controlling() -> None:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+        base = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+        self.proc = subprocess.Popen([*LOOM, *args], stdin=slave, stdout=slave, stderr=slave,
+                                     env={**base, "TERM": "xterm", **(env or {})},
+                                     preexec_fn=controlling)
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, text: str, after: int = 0, timeout: float = 60) -> int:
+        """Read until `text` shows after position `after`; where it starts."""
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        while (at := self.seen.find(text, after)) < 0:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never came; got {self.seen[-2000:]!r}"
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:  # the other end closed: the process ended
+                    chunk = b""
+                assert chunk, f"{text!r} never came; the process ended: {self.seen[-2000:]!r}"
+                self.seen += chunk.decode("utf-8", "replace")
+        return at
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+
+    def wait(self) -> int:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.master, 65536):
+                self.seen += chunk.decode("utf-8", "replace")
+        code = self.proc.wait(timeout=60)
+        os.close(self.master)
+        return code
+
+
+STATUS = "sending 2 files, "
+
+
+def test_a_status_line_while_waiting_on_a_terminal_never_in_a_pipe(dyes, loom_home, llm):
+    llm.behaviour.pause_after = 0  # the model "thinks": no token yet
+    term = Terminal("ask", "which dye is red?")
+    assert llm.paused.wait(60)
+    at = term.expect(STATUS)
+    end = term.expect("to test-model…", at)
+    assert "tokens" in term.seen[at:end]
+    llm.resume.set()
+    answer = term.expect("Madder root gives a red dye")
+    assert term.wait() == 0
+    cleared = term.seen.find("\r\x1b[K", end)
+    assert end < cleared < answer  # the line is wiped before the answer starts
+    assert "\x1b[35mdyes/madder.md@" in term.seen  # sources coloured on a terminal
+    llm.behaviour.pause_after = None
+    piped = loom("ask", "which dye is red?")
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert "\x1b[" not in piped.stdout
+    plain = Terminal("ask", "which dye is red?", env={"NO_COLOR": "1"})
+    assert plain.wait() == 0 and "dyes/madder.md@" in plain.seen
+    assert "\x1b[35m" not in plain.seen  # NO_COLOR: no colour (the status line stays)
+    forced = loom("ask", "--color", "always", "which dye is red?")
+    assert "\x1b[35mdyes/madder.md@" in forced.stdout and forced.stderr == ""
+    assert loom("ask", "--color", "sometimes", "x").stderr.startswith(
+        "loom: Invalid value for '--color': 'sometimes' is not one of auto, always, never")
+
+
+def test_verbose_details_come_on_their_own_lines_before_the_answer(dyes, loom_home, llm):
+    done = subprocess.run([*LOOM, "ask", "-v", "which dye is red?"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    context = next(i for i, x in enumerate(lines) if x.startswith("loom: context: window "))
+    before = next(i for i, x in enumerate(lines) if x.startswith("loom: timings: retrieve "))
+    answer = next(i for i, x in enumerate(lines) if x.startswith("Madder root gives"))
+    after = next(i for i, x in enumerate(lines) if x.startswith("loom: timings: first_token"))
+    assert context < before < answer < after
+    assert lines[answer] == "Madder root gives a red dye [dyes/madder.md]."  # nothing glued
+
+
+def test_chat_edits_lines_keeps_history_and_ctrl_c_stops_only_the_answer(dyes, loom_home,
+                                                                          llm):
+    term = Terminal("chat")
+    prompt = term.expect("> ")
+    # Line editing: two steps left, insert the missing letter.
+    term.type("which dye is rd?\x1b[D\x1b[De\r")
+    first = term.expect("Madder root gives a red dye", prompt)
+    again = term.expect("> ", first)
+    term.type("\x1b[A\r")  # Up: the question before, asked again
+    second = term.expect("Madder root gives a red dye", again)
+    prompt = term.expect("> ", second)
+    llm.behaviour.pause_after = 1  # the next answer stops after its first piece
+    term.type("and which mordant fixes it?\r")
+    assert llm.paused.wait(60)
+    streaming = term.expect("Madder root gives a red dye", prompt)
+    term.type("\x03")  # Ctrl-C while the answer streams
+    stopped = term.expect("answer stopped (not kept)", streaming)
+    llm.behaviour.pause_after = None
+    llm.resume.set()
+    prompt = term.expect("> ", stopped)
+    term.type("\x03")  # Ctrl-C at the prompt: a fresh prompt, the chat goes on
+    prompt = term.expect("> ", prompt + 2)
+    term.type("and blue?\r")
+    last = term.expect("Madder root gives a red dye", prompt)
+    term.expect("> ", last)
+    term.type("\x04")  # Ctrl-D leaves
+    assert term.wait() == 0
+    questions = [q["body"]["messages"][-1]["content"] for q in chats(llm)]
+    assert [q.rsplit("Question: ", 1)[-1].strip() for q in questions] == [
+        "which dye is red?", "which dye is red?", "and which mordant fixes it?", "and blue?"]
+    kept = turns(loom_home / "conversations.db")
+    assert [t[1:] for t in kept] == [(1, "which dye is red?"), (2, "which dye is red?"),
+                                     (3, "and blue?")]
+    assert len({t[0] for t in kept}) == 1
+    history = (loom_home / "chat_history").read_text()
+    assert "which dye is red?" in history and "and blue?" in history
+    assert (loom_home / "chat_history").stat().st_mode & 0o077 == 0
+    # The history is there for the next chat too.
+    term = Terminal("chat")
+    prompt = term.expect("> ")
+    term.type("\x1b[A")
+    term.expect("and blue?", prompt)
+    term.type("\x15exit\r")  # Ctrl-U clears the line; `exit` leaves
+    assert term.wait() == 0
