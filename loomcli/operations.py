@@ -133,14 +133,14 @@ class SearchHit:
     (Records here are plain classes: see records.py.)"""
 
     __slots__ = ("path", "title", "score", "snippet", "content_len", "match", "content",
-                 "truncated", "page")
+                 "truncated", "page", "offset")
 
     def __init__(self, path: str, title: str, score: float, snippet: str, content_len: int,
                  match: str = "bm25", content: str | None = None, truncated: bool = False,
-                 page: int | None = None) -> None:
+                 page: int | None = None, offset: int | None = None) -> None:
         self.path, self.title, self.score, self.snippet = path, title, score, snippet
         self.content_len, self.match, self.content = content_len, match, content
-        self.truncated, self.page = truncated, page
+        self.truncated, self.page, self.offset = truncated, page, offset
 
     def __repr__(self) -> str:
         return f"SearchHit({self.to_dict()!r})"
@@ -152,7 +152,7 @@ class SearchHit:
                                "score": round(self.score, 4),
                                "snippet": plain_snippet(self.snippet),
                                "content_len": self.content_len, "match": self.match,
-                               "page": self.page}
+                               "page": self.page, "offset": self.offset}
         if self.content is not None:
             out["content"] = self.content
             out["truncated"] = self.truncated
@@ -458,7 +458,7 @@ class Corpus:
             found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,
                                                        prefix=_bool("prefix", prefix))
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
-                              page=h.page) for h, how in found]
+                              page=h.page, offset=h.offset) for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
 

@@ -423,3 +423,20 @@ def test_chat_edits_lines_keeps_history_and_ctrl_c_stops_only_the_answer(dyes, l
     term.expect("and blue?", prompt)
     term.type("\x15exit\r")  # Ctrl-U clears the line; `exit` leaves
     assert term.wait() == 0
+
+
+def test_search_hits_carry_the_byte_offset_and_page_of_their_snippet(dyes, loom_home):
+    hits = json.loads(loom("search", "alizarin", "--json").stdout)["hits"]
+    assert [h["path"] for h in hits] == ["dyes/madder.md"] and hits[0]["page"] is None
+    got = loom("get", "dyes/madder.md", "--offset", str(hits[0]["offset"]), "--length", "8")
+    assert got.stdout == "alizarin"
+    from .conftest import FIXTURES
+
+    pdf = FIXTURES / "notes" / "manuals" / "field-guide.pdf"
+    write(dyes / "guide.pdf", pdf.read_bytes())
+    loom("scan", str(dyes))
+    grep = json.loads(loom("grep", "-i", r"\btension", "--path", "guide.pdf",
+                           "--json").stdout)["matches"][0]
+    hit = next(h for h in json.loads(loom("search", "tension", "--json").stdout)["hits"]
+               if h["path"] == "guide.pdf")
+    assert (hit["offset"], hit["page"]) == (grep["offset"], grep["page"]) and hit["page"] > 1
