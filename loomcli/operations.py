@@ -52,6 +52,7 @@ SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
+TERMS_MAX = 64  # words of a query the page highlights
 # Agent mode and conversations (README: "Agent mode", "Conversations").
 AGENT_MAX_CALLS = 10  # model calls of one agent ask, in all ([ask] max_steps counts tools)
 TOOL_RESULT_CHARS = 6000  # one tool result's cap in agent mode (JSON characters)
@@ -157,6 +158,26 @@ class SearchHit:
             out["content"] = self.content
             out["truncated"] = self.truncated
         return out
+
+
+class Terms(Record):
+    """A question's or query's words as loom matches them (lower-case stems, function
+    words of every language it knows left out): what the web page highlights, so it never
+    copies the rule."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: list[str]) -> None:
+        self.terms = terms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"terms": self.terms}
+
+
+def terms(text: Any) -> Terms:
+    from loomcli.excerpt import terms as stems
+
+    return Terms(stems(_text("text", text, required=False))[:TERMS_MAX])
 
 
 class SearchResult(Record):
