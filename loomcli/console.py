@@ -216,12 +216,16 @@ class Prompt:
         """The next line, None at Ctrl-D."""
         while True:
             try:
-                return input(self.prompt)
+                if sys.stdout.isatty():
+                    return input(self.prompt)
+                sys.stderr.write(self.prompt)  # `loom chat > answers.txt`: data only there
+                sys.stderr.flush()
+                return input()
             except EOFError:
-                sys.stdout.write("\n")
+                (sys.stdout if sys.stdout.isatty() else sys.stderr).write("\n")
                 return None
             except KeyboardInterrupt:
-                sys.stdout.write("\n")
+                (sys.stdout if sys.stdout.isatty() else sys.stderr).write("\n")
 
     def close(self) -> None:
         if self.readline is None:
