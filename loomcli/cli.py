@@ -562,20 +562,19 @@ class Asking:
 
 
 def _where(used: Any, quotes: list[Any] | None = None) -> str:
-    """A sent file as `loom get` opens it at its passage: `path@offset` (and the page of a
-    PDF: `manual.pdf@48213 (p. 40)`). The passage: the first quote of it the answer made
-    that was verified, else the window sent after the file's head, else its first span."""
-    from bisect import bisect_right
+    """A sent file as `loom get` opens it at its passage, `path@offset`, with the pages
+    that were sent of a paged file (`manual.pdf@48213 pp. 40-41`)."""
+    from loomcli.ask import page_label
 
     where = _shown(used.path)
     offset = passage_offset(used, quotes or [])
-    if offset is None:
-        return where
-    page = bisect_right(used.page_starts, offset) if used.page_starts else None
-    return f"{where}@{offset}" + (f" (p. {page})" if page else "")
+    pages = page_label(used.pages)
+    return (where if offset is None else f"{where}@{offset}") + (f" {pages}" if pages else "")
 
 
 def passage_offset(used: Any, quotes: list[Any]) -> int | None:
+    """Where a source's passage starts: the first quote of it the answer made that was
+    verified, else the window sent after the file's head, else its first span."""
     for q in quotes:
         if q.verified and q.path == used.path and q.offset is not None:
             return int(q.offset)
