@@ -237,7 +237,7 @@ def test_init_writes_a_valid_starting_config(loom_home, notes):
      "loom: No such option: --bogus — try loom search --help\n"),
     # Only the command being run is built (start-up): errors around it are unchanged.
     (["config", "sett"],
-     "loom: No such command 'sett'. Did you mean 'set'? — try loom config --help\n"),
+     "loom: No such command 'sett'. Did you mean 'set', 'unset'? — try loom config --help\n"),
     (["--config"], "loom: Option '--config' requires an argument — try loom --help\n"),
     (["--config", "/nonexistent.toml", "grep"],
      "loom: Missing argument 'pattern' — try loom grep --help\n"),
