@@ -497,7 +497,8 @@ class Asking:
         if self.verbose:
             context = prompt.header_line().removeprefix("[context] ")
             self.status.above(f"loom: context: {context}")
-            self.status.above("loom: timings: " + _timings(prompt.timings))
+            if prompt.timings:
+                self.status.above("loom: timings: " + _timings(prompt.timings))
         files = len(prompt.used)
         self.status.show(f"sending {files} file{'s' if files != 1 else ''}, "
                          f"{prompt.prompt_tokens:,} tokens, to {model}…")
@@ -531,7 +532,8 @@ class Asking:
             if streamed and not streamed[-1].endswith("\n"):
                 _out("")
                 streamed.append("\n")
-            sys.stderr.write("loom: timings: " + _timings(late) + "\n")
+            if late:
+                sys.stderr.write("loom: timings: " + _timings(late) + "\n")
         if as_json:
             _print_json(result.to_dict())
         else:
