@@ -144,6 +144,23 @@ def config_set(
     _out(f"{key} = {json.dumps(parsed, ensure_ascii=False)}  ({cfg.path})")
 
 
+@config_app.command("unset")
+def config_unset(
+    key: Annotated[str, typer.Argument(help="Dotted key, e.g. llm.endpoint")],
+) -> None:
+    """Remove one key from the file (it takes its default), keeping every other key and
+    comment as it was."""
+    from loomcli import config
+
+    config.check_key(key)
+    cfg = _corpus().config
+    old = cfg.unset(key)
+    if old is None:
+        _out(f"{key} was not set in {cfg.path}; nothing changed")
+        return
+    _out(f"unset {key} (was {json.dumps(old, ensure_ascii=False)})  ({cfg.path})")
+
+
 @app.command()
 def scan(
     dirs: Annotated[list[Path] | None, typer.Argument(
@@ -415,9 +432,24 @@ ContinueOpt = Annotated[bool, typer.Option(
 CidOpt = Annotated[str | None, typer.Option(
     "--cid", metavar="ID", help="Continue the conversation ID (`loom conversations`).",
     show_default=False)]
+KeepOpt = Annotated[bool | None, typer.Option(
+    "--keep/--no-keep", help="Keep this turn in the conversations file (default [ask] "
+    "keep, true); --no-keep stores nothing.", show_default=False)]
 TopKOpt = Annotated[int | None, typer.Option(
     "--top-k", "-k", help="Files to send (default [ask] top_k, at most 50).",
     show_default=False)]
+
+
+ColorOpt = Annotated[str, typer.Option(
+    "--color", metavar="WHEN", help="Colour warnings, sources and agent steps: auto (on a "
+    "terminal, unless NO_COLOR is set) | always | never.")]
+
+
+def _color_when(color: str) -> str:
+    if color not in reading.COLORS:
+        raise typer.BadParameter(f"{color!r} is not one of auto, always, never",
+                                 param_hint="'--color'")
+    return color
 
 
 @app.command()
@@ -434,12 +466,15 @@ def ask(
     agent: AgentOpt = None,
     cont: ContinueOpt = False,
     cid: CidOpt = None,
+    keep: KeepOpt = None,
+    color: ColorOpt = "auto",
     as_json: JsonOpt = False,
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Print the context line and each stage's time on stderr.")
     ] = False,
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
+    when = _color_when(color)
     corpus = _corpus()
     text = " ".join(question).strip()
     if not text:
@@ -458,54 +493,134 @@ def ask(
         _out(prompt.header_line())
         _out(prompt.render(), end="")
         return
-    if not _ask_once(corpus, text, top_k, mode, agent, conversation, as_json, verbose,
-                     model=model):
+    asked = Asking(corpus, top_k, mode, agent, keep, when, verbose, model)
+    result = asked(text, conversation, as_json)
+    if result is None or result.not_kept:
         raise typer.Exit(1)
 
 
-def _show_step(step: Any) -> None:
-    sys.stderr.write(step.line() + "\n")
-    sys.stderr.flush()
+class Asking:
+    """One `loom ask` (or one question of `loom chat`) on a terminal or a pipe: a status
+    line on stderr until the first token (a terminal only), `-v` details on lines of their
+    own before the answer, the answer streamed, then its sources as `path@offset` that
+    `loom get` opens; warnings, sources and agent steps coloured per --color."""
+
+    def __init__(self, corpus: Corpus, top_k: int | None, mode: str | None,
+                 agent: bool | None, keep: bool | None, color: str, verbose: bool,
+                 model: str | None = None) -> None:
+        self.corpus, self.top_k, self.mode, self.agent = corpus, top_k, mode, agent
+        self.keep, self.verbose, self.model = keep, verbose, model
+        self.tint_err = console.color(color, sys.stderr)
+        self.tint_out = console.color(color, sys.stdout)
+        self.status = console.Status()
+
+    def warn(self, message: str) -> None:
+        self.status.above("loom: " + console.paint(f"warning: {message}", console.WARNING,
+                                                   self.tint_err))
+
+    def step(self, step: Any) -> None:
+        self.status.above(console.paint(step.line(), console.STEP, self.tint_err))
+        self.status.show(f"{self.model_name}: thinking…")
+
+    def sending(self, prompt: Any, model: str) -> None:
+        self.model_name = model
+        if prompt is None:
+            self.status.show(f"asking {model} with loom's tools…")
+            return
+        if self.verbose:
+            context = prompt.header_line().removeprefix("[context] ")
+            self.status.above(f"loom: context: {context}")
+            if prompt.timings:
+                self.status.above("loom: timings: " + _timings(prompt.timings))
+        files = len(prompt.used)
+        self.status.show(f"sending {files} file{'s' if files != 1 else ''}, "
+                         f"{prompt.prompt_tokens:,} tokens, to {model}…")
+
+    def __call__(self, text: str, conversation: str | None, as_json: bool) -> Any:
+        """Ask; the Answer (None: nothing matched, said on stderr)."""
+        self.model_name = self.model or "the model"
+        streamed: list[str] = []
+
+        def stream(piece: str) -> None:
+            if not streamed:
+                self.status.clear()
+            streamed.append(piece)
+            _out(piece, end="")
+
+        self.status.show("searching your notes…")
+        try:
+            result = self.corpus.ask(
+                text, self.top_k, on_text=None if as_json else stream, mode=self.mode,
+                on_warning=self.warn, agent=self.agent, conversation_id=conversation,
+                on_step=self.step, model=self.model, keep=self.keep,
+                on_sending=self.sending)
+        finally:
+            self.status.clear()
+        if not result.used and not result.steps and not result.answer:
+            _err("no indexed file matches the question; nothing was sent to the LLM")
+            return None
+        if self.verbose:
+            late = {k: v for k, v in result.timings.items()
+                    if k not in ("retrieve_ms", "excerpts_ms")}
+            if streamed and not streamed[-1].endswith("\n"):
+                _out("")
+                streamed.append("\n")
+            if late:
+                sys.stderr.write("loom: timings: " + _timings(late) + "\n")
+        if as_json:
+            _print_json(result.to_dict())
+        else:
+            self.sources(result)
+        if result.not_kept:
+            sys.stderr.write("loom: " + console.paint(result.not_kept, console.WARNING,
+                                                      self.tint_err) + "\n")
+        return result
+
+    def sources(self, result: Any) -> None:
+        by_path = {u.path: u for u in result.used}
+        lines = [""]
+        lines += [console.paint(f"unverified quote: \"{_shorten(q.text)}\"", console.WARNING,
+                                self.tint_out) for q in result.quotes if not q.verified]
+        lines += ["", "Sources:"]
+        if result.citations:
+            for p in result.citations:
+                sent = by_path.get(p)  # None: cited from an earlier turn of the conversation
+                lines.append("  " + console.paint(_where(sent, result.quotes) if sent
+                                                  else _shown(p),
+                                                  console.SOURCE, self.tint_out)
+                             + (f"  {sent.title}" if sent else "  (earlier in the conversation)"))
+        elif result.used:
+            lines.append("  (none cited) sent: " + ", ".join(_where(u) for u in result.used))
+        else:
+            lines.append("  (none cited)")
+        _out("\n".join(lines))
 
 
-def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
-              agent: bool | None, conversation: str | None, as_json: bool,
-              verbose: bool = False, model: str | None = None) -> str | None:
-    """Ask, stream the answer, list its sources; the conversation's id (None: no match).
-    `model`: this question's model (`-m`) instead of [llm] model."""
-
-    def stream(piece: str) -> None:
-        _out(piece, end="")
-
-    result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
-                        on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
-                        conversation_id=conversation,
-                        on_step=_show_step, model=model)
-    if not result.used and not result.steps and not result.answer:
-        _err("no indexed file matches the question; nothing was sent to the LLM")
-        return None
-    if verbose:
-        _verbose_ask(result)
-    if as_json:
-        _print_json(result.to_dict())
-        return result.conversation_id
+def _where(used: Any, quotes: list[Any] | None = None) -> str:
+    """A sent file as `loom get` opens it at its passage, `path@offset`, with the pages
+    that were sent of a paged file (`manual.pdf@48213 pp. 40-41`)."""
     from loomcli.ask import page_label
 
-    by_path = {u.path: u for u in result.used}
-    lines = [""]
-    lines += [f"unverified quote: \"{_shorten(q.text)}\"" for q in result.quotes
-              if not q.verified]
-    lines += ["", "Sources:"]
-    if result.citations:
-        for p in result.citations:
-            pages = page_label(by_path[p].pages)
-            lines.append(f"  [{_shown(p)}{' ' + pages if pages else ''}] {by_path[p].title}")
-    elif result.used:
-        lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
-    else:
-        lines.append("  (none cited)")
-    _out("\n".join(lines))
-    return result.conversation_id
+    where = _shown(used.path)
+    offset = passage_offset(used, quotes or [])
+    pages = page_label(used.pages)
+    return (where if offset is None else f"{where}@{offset}") + (f" {pages}" if pages else "")
+
+
+def passage_offset(used: Any, quotes: list[Any]) -> int | None:
+    """Where a source's passage starts: the first quote of it the answer made that was
+    verified, else the window sent after the file's head, else its first span."""
+    for q in quotes:
+        if q.verified and q.path == used.path and q.offset is not None:
+            return int(q.offset)
+    spans = used.byte_spans
+    if not spans:
+        return None
+    return int(spans[1][0] if len(spans) > 1 else spans[0][0])
+
+
+def _timings(timings: dict[str, float]) -> str:
+    return ", ".join(f"{k.removesuffix('_ms')} {v:,.0f} ms" for k, v in timings.items())
 
 
 @app.command()
@@ -515,41 +630,78 @@ def chat(
     agent: AgentOpt = None,
     cont: ContinueOpt = False,
     cid: CidOpt = None,
+    keep: KeepOpt = None,
+    color: ColorOpt = "auto",
 ) -> None:
-    """Ask in a loop, each question a follow-up of the last (`exit` or Ctrl-D ends)."""
+    """Ask in a loop, each question a follow-up of the last (`exit` or Ctrl-D ends; Ctrl-C
+    stops the answer being written). On a terminal, lines can be edited and the history
+    (Up, Ctrl-R) is kept in the loom home."""
+    when = _color_when(color)
     corpus = _corpus()
     conversation = corpus.conversation_for(cid, cont)
-    prompt = "> " if sys.stdin.isatty() else ""
-    if prompt:
-        _err("chatting with your notes; type exit or press Ctrl-D to end")
-    while True:
-        if prompt:
-            sys.stderr.write(prompt)
-            sys.stderr.flush()
-        line = sys.stdin.readline()
-        if not line:  # Ctrl-D, or the end of piped questions
-            break
-        text = line.strip()
-        if text in ("exit", "quit"):
-            break
-        if not text:
-            continue
-        conversation = _ask_once(corpus, text, top_k, mode, agent, conversation,
-                                 False) or conversation
-        _out("")
+    asked = Asking(corpus, top_k, mode, agent, keep, when, False)
+    lines = console.Prompt("> ", console.history_path()) if sys.stdin.isatty() else None
+    if lines is not None:
+        _err("chatting with your notes; type exit or press Ctrl-D to end, Ctrl-C stops "
+             "an answer")
+    try:
+        while True:
+            line = lines.read() if lines is not None else sys.stdin.readline()
+            if line is None or line == "":  # Ctrl-D, or the end of piped questions
+                break
+            text = line.strip()
+            if text in ("exit", "quit"):
+                break
+            if not text:
+                continue
+            try:
+                result = asked(text, conversation, False)
+            except KeyboardInterrupt:
+                if lines is None:
+                    raise
+                # The turn is written only once its answer is complete: a stopped
+                # answer is not kept, and the conversation goes on from its last turn.
+                _out("")
+                _err("answer stopped (not kept)")
+                continue
+            if result is not None and result.conversation_id:
+                conversation = result.conversation_id
+            _out("")
+    finally:
+        if lines is not None:
+            lines.close()
 
 
-@app.command("conversations")
+conversations_app = typer.Typer(rich_markup_mode=None)
+app.add_typer(conversations_app, name="conversations")
+
+
+@conversations_app.callback(invoke_without_command=True)
 def conversations_cmd(
+    ctx: typer.Context,
     limit: Annotated[int | None, typer.Option(
         "--limit", help="How many to list (default 20, at most 1000).",
         show_default=False)] = None,
+    clear: Annotated[bool, typer.Option(
+        "--clear", help="Delete every kept conversation of this corpus.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the kept conversations, newest first (continue one with `loom ask --cid ID`)."""
+    """List the kept conversations, newest first (continue one with `loom ask --cid ID`;
+    `loom conversations rm ID` deletes one, `--clear` all)."""
     import time
 
-    found = _corpus().conversations(limit)
+    if ctx.invoked_subcommand is not None:
+        return
+    corpus = _corpus()
+    if clear:
+        n = corpus.clear_conversations()
+        if as_json:
+            _print_json({"removed": n})
+        else:
+            _out(f"removed {n} conversation{'s' if n != 1 else ''} "
+                 f"({corpus.conversations_path})")
+        return
+    found = corpus.conversations(limit)
     if as_json:
         _print_json({"conversations": [c.to_dict() for c in found]})
         return
@@ -558,21 +710,21 @@ def conversations_cmd(
         _out(f"{c.id}  {when}  {console.count(len(c.turns), 'turn'):>9}  {_shown(c.title)}")
 
 
+@conversations_app.command("rm")
+def conversations_rm(
+    ids: Annotated[list[str], typer.Argument(help="Conversation ids (`loom conversations`).",
+                                             metavar="ID...")],
+) -> None:
+    """Delete kept conversations and every turn of them."""
+    corpus = _corpus()
+    for cid in ids:
+        corpus.remove_conversation(cid)
+        _out(f"removed {cid}")
+
+
 def _shorten(text: str, chars: int = 120) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= chars else flat[:chars - 1] + "…"
-
-
-def _verbose_ask(result: Any) -> None:
-    c = result.context
-    if c:
-        sys.stderr.write(f"loom: context: window {c['window_tokens']:,} tokens "
-                         f"({c['source']}), prompt ~{c['prompt_tokens']:,}, answer "
-                         f"{c['answer_tokens']:,} reserved; {c['files_sent']} files sent, "
-                         f"{c['files_left_out']} left out\n")
-    t = result.timings
-    sys.stderr.write("loom: timings: " + ", ".join(
-        f"{k.removesuffix('_ms')} {v:,.0f} ms" for k, v in t.items()) + "\n")
 
 
 @app.command()

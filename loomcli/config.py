@@ -42,6 +42,7 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "ask.head_chars": (int, 1200),
     "ask.agent": (bool, False),  # loom ask investigates with tools (--agent) by default
     "ask.max_steps": (int, 6),  # tool calls an agent ask may run
+    "ask.keep": (bool, True),  # keep each answered ask in the conversations file
     "embeddings.enabled": (bool, False),
     "embeddings.provider": (str, None),
     "embeddings.model": (str, None),
@@ -56,6 +57,10 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "http.request_timeout_s": ((int, float), 60),
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
+URL_KEYS = frozenset({"llm.endpoint", "embeddings.endpoint"})  # http(s) URLs, checked
+# Booleans as git takes them (`git config --type=bool`): for `config set` and the file.
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+            "false": False, "no": False, "off": False, "0": False}
 EMBEDDING_PROVIDERS = ("local", "ollama", "openai")
 TABLES = frozenset(key.partition(".")[0] for key in SCHEMA if "." in key)
 TOP_KEYS = frozenset(key for key in SCHEMA if "." not in key)
@@ -114,6 +119,16 @@ class Config:
         if value is None and key in SCHEMA:
             default = SCHEMA[key][1]
             return list(default) if isinstance(default, list) else default
+        if isinstance(value, str) and key in SCHEMA and SCHEMA[key][0] is bool:
+            return BOOLEANS.get(value.strip().lower(), value)  # "yes", "off" (checked)
+        return value
+
+    def url(self, key: str) -> str | None:
+        """An endpoint key's value, checked when it is read: a bad one already in the file
+        is one line naming the key, never a failure deep inside a request."""
+        value = self.get(key)
+        if value is not None:
+            check_url(self.path, key, value)
         return value
 
     def origin(self, key: str) -> str:
@@ -163,6 +178,8 @@ class Config:
             raise ConfigError(f"{key!r} is not a config key",
                               "keys are NAME or TABLE.NAME, e.g. ask.top_k")
         _check(self.path, key, value)
+        if key in URL_KEYS:
+            check_url(self.path, key, value)
         if len(parts) == 2 and parts[0] in TOP_KEYS:
             raise ConfigError(f"{self.path}: {parts[0]!r} is not a table")
         doc = self._document()
@@ -181,6 +198,28 @@ class Config:
         _validate(self.path, raw)  # never write a file the next command would refuse
         self._write(doc)
         self.raw = raw
+
+    def unset(self, key: str) -> Any:
+        """Remove a dotted key from the file (every other key and comment kept); returns
+        the value it had (None: it was not set, nothing written)."""
+        parts = key.split(".")
+        doc = self._document()
+        node: Any = doc
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or parts[-1] not in node:
+            return None
+        old = _unwrap(node[parts[-1]])
+        del node[parts[-1]]
+        import tomllib
+
+        import tomlkit
+
+        raw = tomllib.loads(tomlkit.dumps(doc))
+        _validate(self.path, raw)
+        self._write(doc)
+        self.raw = raw
+        return old
 
     def _document(self) -> Any:
         import tomlkit
@@ -218,7 +257,8 @@ def _check(path: Path, key: str, value: Any) -> None:
     # bool is an int in Python; an integer key must not accept true/false.
     ok = isinstance(value, expected) and not (
         isinstance(value, bool) and expected is not bool
-    )
+    ) or (expected is bool and isinstance(value, str)
+          and value.strip().lower() in BOOLEANS)
     if not ok:
         raise ConfigError(
             f"{path}: key {key!r} must be {_type_name(expected)}, got {value!r}",
@@ -236,6 +276,33 @@ def _check(path: Path, key: str, value: Any) -> None:
     if isinstance(value, int | float) and not isinstance(value, bool) and (
             not math.isfinite(value) or value <= 0):
         raise ConfigError(f"{path}: key {key!r} must be a positive number, got {value}")
+
+
+def check_url(path: Path, key: str, value: Any) -> None:
+    """An endpoint must be an http(s) URL with a host (`http://127.0.0.1:11434`)."""
+    from urllib.parse import urlsplit
+
+    why = None
+    try:
+        parts = urlsplit(value) if isinstance(value, str) else None
+    except ValueError as exc:  # "Invalid IPv6 URL", a bad port
+        parts, why = None, str(exc)
+    if parts is not None and why is None:
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            why = str(exc)
+    if why is None and parts is not None and parts.scheme.lower() not in ("http", "https"):
+        why = "it must start with http:// or https://"
+    elif why is None and parts is not None and not parts.hostname:
+        why = "it names no host"
+    elif why is None and any(c.isspace() for c in str(value)):
+        why = "it holds spaces"
+    if why is not None or parts is None:
+        raise ConfigError(f"{path}: key {key!r} is not an http(s) URL ({why or 'not text'}): "
+                          f"{str(value)[:200]!r}",
+                          f"set it like `loom config set {key} http://127.0.0.1:11434`, or "
+                          f"`loom config unset {key}` for the provider's default")
 
 
 def _check_shape(path: Path, raw: Mapping[str, Any]) -> list[str]:
@@ -314,6 +381,12 @@ def coerce(key: str, value: Any) -> Any:
     one (`loom config set notes_dirs ~/notes`)."""
     if key in SCHEMA and SCHEMA[key][0] is list and isinstance(value, str):
         return [value]
+    if key in SCHEMA and SCHEMA[key][0] is bool and not isinstance(value, bool):
+        word = str(value).strip().lower()
+        if word not in BOOLEANS:
+            raise ConfigError(f"key {key!r} must be true or false, got {value!r}",
+                              "git's words work too: yes/no, on/off, 1/0")
+        return BOOLEANS[word]
     return value
 
 

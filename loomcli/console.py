@@ -79,13 +79,58 @@ def highlight(snippet: str) -> str:
     return plain_snippet(snippet)
 
 
-def color(when: str) -> bool:
+def color(when: str, stream: Any = None) -> bool:
+    """Colour for `stream` (stdout by default): --color always / never, else (auto) on a
+    terminal unless NO_COLOR is set or TERM is dumb."""
     if when == "always":
         return True
     if when == "never":
         return False
-    return (sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return ((stream or sys.stdout).isatty() and not os.environ.get("NO_COLOR")
             and os.environ.get("TERM") != "dumb")
+
+
+WARNING, SOURCE, STEP = "33", "35", "36"  # yellow, magenta (grep's paths), cyan
+
+
+def paint(text: str, code: str, on: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if on else text
+
+
+class Status:
+    """One line on stderr, rewritten in place while loom works ("sending 5 files, …"),
+    cleared before anything else is written. Only on a terminal: a pipe or a file gets
+    nothing of it."""
+
+    def __init__(self) -> None:
+        self.on = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+        self.text = ""
+
+    def show(self, text: str) -> None:
+        self.text = text
+        if self.on:
+            import shutil
+
+            width = max(10, shutil.get_terminal_size().columns - 1)
+            shown = text if len(text) <= width else text[:width - 1] + "…"
+            sys.stderr.write(f"\r\x1b[K\x1b[2m{shown}\x1b[0m")
+            sys.stderr.flush()
+
+    def clear(self) -> None:
+        """Remove the line (it is shown again by `show`)."""
+        if self.on and self.text:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        self.text = ""
+
+    def above(self, line: str) -> None:
+        """Write a line of its own on stderr, the status (if any) kept below it."""
+        text = self.text
+        self.clear()
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        if text:
+            self.show(text)
 
 
 class Lines:
@@ -154,3 +199,57 @@ def failure(exc: BaseException) -> int:
     err(f"internal error: {type(exc).__name__}: {exc} — rerun with LOOM_DEBUG=1 for "
         "the traceback and report it")
     return int(Exit.ERROR)
+
+
+HISTORY_FILE, HISTORY_LINES = "chat_history", 1000
+
+
+def history_path() -> Any:
+    from loomcli import paths
+
+    return paths.home() / HISTORY_FILE
+
+
+class Prompt:
+    """Lines typed at a terminal for `loom chat`: line editing and a history kept in the
+    loom home (readline, where Python has it). Ctrl-C at the prompt gives a fresh one,
+    Ctrl-D ends."""
+
+    def __init__(self, prompt: str, history: Any) -> None:
+        self.prompt, self.history = prompt, history
+        try:
+            import readline
+        except ImportError:  # Windows without pyreadline: plain input() still works
+            readline = None  # type: ignore[assignment]
+        self.readline = readline
+        if readline is not None:
+            readline.set_history_length(HISTORY_LINES)
+            import contextlib
+
+            with contextlib.suppress(OSError, UnicodeDecodeError):  # none yet: a new one
+                readline.read_history_file(str(history))
+
+    def read(self) -> str | None:
+        """The next line, None at Ctrl-D."""
+        while True:
+            try:
+                if sys.stdout.isatty():
+                    return input(self.prompt)
+                sys.stderr.write(self.prompt)  # `loom chat > answers.txt`: data only there
+                sys.stderr.flush()
+                return input()
+            except EOFError:
+                (sys.stdout if sys.stdout.isatty() else sys.stderr).write("\n")
+                return None
+            except KeyboardInterrupt:
+                (sys.stdout if sys.stdout.isatty() else sys.stderr).write("\n")
+
+    def close(self) -> None:
+        if self.readline is None:
+            return
+        try:
+            self.history.parent.mkdir(parents=True, exist_ok=True)
+            self.readline.write_history_file(str(self.history))
+            os.chmod(self.history, 0o600)  # questions can be private
+        except OSError:
+            pass  # a read-only home: the history is simply not kept

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from loomcli import paths
-from loomcli.errors import IndexMissingError, IndexStateError, QueryError
+from loomcli.errors import Exit, IndexMissingError, IndexStateError, QueryError
 
 FILE_NAME = "conversations.db"
 LIST_LIMIT = 20
 TITLE_CHARS = 80
 ID_BYTES = 6  # 12 hex digits
+LOCK_WAIT_S = 10  # how long a read or write waits for another process's write lock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -73,6 +74,16 @@ class Conversation:
                 "updated": round(self.updated, 3), "turns": len(self.turns)}
 
 
+def _json_list(text: Any, kind: type) -> list[Any]:
+    """A turn's JSON list (sources, steps); damaged or of another shape: empty, so one bad
+    row never makes a conversation unreadable."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return []
+    return [v for v in value if isinstance(v, kind)] if isinstance(value, list) else []
+
+
 def default_path() -> Path:
     return paths.home() / FILE_NAME
 
@@ -85,6 +96,13 @@ def check_id(value: Any) -> str:
     return value.strip()
 
 
+class ConversationBusy(IndexStateError):
+    """Another process held the conversations file's write lock past LOCK_WAIT_S: the
+    answer was given, its turn not kept (exit 1 after the answer)."""
+
+    exit_code = Exit.PARTIAL
+
+
 class Conversations:
     """The conversation store. Use as a context manager."""
 
@@ -92,16 +110,29 @@ class Conversations:
         self.db, self.path = db, path
 
     @classmethod
-    def open(cls, path: Path | None = None) -> Conversations:
+    def open(cls, path: Path | None = None, *, readonly: bool = False) -> Conversations:
+        """The store at `path` (default: under the home). `readonly`: only to read (an ask
+        that keeps nothing): the file is neither created nor written."""
         path = path or default_path()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(path, timeout=10, isolation_level=None)
+            if readonly:
+                # mode=rw, not ro: never created, never written, and as the last
+                # connection to close it removes the -wal and -shm files a read makes.
+                db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True,
+                                     timeout=LOCK_WAIT_S, isolation_level=None)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                db = sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)
             db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(SCHEMA)
+            if not readonly:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                db.execute("PRAGMA secure_delete=ON")  # removed turns leave no text behind
+                db.executescript(SCHEMA)
         except (OSError, sqlite3.DatabaseError) as exc:
+            if readonly and not path.exists():
+                raise IndexMissingError("no conversation kept yet",
+                                        "ask without -c or --cid first") from None
             raise IndexStateError(f"cannot use the conversations file {path}: {exc}",
                                   "check its permissions, or move it aside") from None
         return cls(db, path)
@@ -132,12 +163,28 @@ class Conversations:
         if row is None:
             raise IndexMissingError(f"no conversation {cid!r}",
                                     "`loom conversations` lists them")
-        turns = [Turn(t["n"], t["question"], t["answer"], json.loads(t["sources"]),
-                      json.loads(t["steps"]))
+        turns = [Turn(t["n"], str(t["question"]), str(t["answer"]),
+                      _json_list(t["sources"], str), _json_list(t["steps"], dict))
                  for t in self.db.execute("SELECT * FROM turns WHERE conversation_id = ? "
                                           "ORDER BY n", (cid,))]
         return Conversation(row["id"], row["title"], row["created"], row["updated"],
                             row["summary"], row["summary_upto"], turns)
+
+    def remove(self, cid: str) -> bool:
+        """Delete one conversation and its turns; False when there was none."""
+        with self._transaction():
+            self.db.execute("DELETE FROM turns WHERE conversation_id = ?", (cid,))
+            gone = self.db.execute("DELETE FROM conversations WHERE id = ?", (cid,)).rowcount
+        return gone > 0
+
+    def clear(self) -> int:
+        """Delete every conversation; how many there were. The file is emptied (VACUUM),
+        so no deleted text stays in its free pages."""
+        with self._transaction():
+            self.db.execute("DELETE FROM turns")
+            n = self.db.execute("DELETE FROM conversations").rowcount
+        self.db.execute("VACUUM")
+        return n
 
     def recent(self, limit: int = LIST_LIMIT) -> list[Conversation]:
         """Newest first, without their turns' text (only how many)."""
@@ -157,6 +204,20 @@ class Conversations:
         """Record one complete turn (a new conversation when cid is None); returns the id.
         `summary`: the rolling summary of turns 1..n made for this turn, to keep."""
         now = clock()
+        try:
+            return self._add_turn(cid, question, answer, sources, steps, summary, now)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            raise ConversationBusy(
+                f"this turn was not kept: {self.path} stayed locked by another process for "
+                f"{LOCK_WAIT_S} s",
+                "the answer above is complete; ask again (with -c) once that process is "
+                "done, or pass --no-keep") from None
+
+    def _add_turn(self, cid: str | None, question: str, answer: str,
+                  sources: list[str] | None, steps: list[dict[str, Any]] | None,
+                  summary: tuple[str, int] | None, now: float) -> str:
         with self._transaction():
             if cid is None:
                 cid = secrets.token_hex(ID_BYTES)
@@ -179,6 +240,9 @@ class Later:
     """The conversation store of a new conversation, opened only when its first turn is
     kept: an ask that fails (no model, server down) leaves no conversations file."""
 
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+
     def add_turn(self, *args: Any, **kwargs: Any) -> str:
-        with Conversations.open() as store:
+        with Conversations.open(self.path) as store:
             return store.add_turn(*args, **kwargs)

@@ -45,7 +45,7 @@ from loomcli.errors import (
     QueryError,
     RootError,
 )
-from loomcli.operations import EXCERPT_CHARS, Corpus
+from loomcli.operations import EXCERPT_CHARS, Corpus, terms
 
 MAX_BODY = 1 << 20
 MAX_JSON_DEPTH = 32
@@ -369,6 +369,8 @@ class Api:
                 self.required(b, "path"))), methods=["POST"]),
             Route("/scan", self.scan, methods=["POST"]),
             Route("/ask", self.ask, methods=["POST"]),
+            # The words of a query as loom matches them, for the page's highlighting.
+            Route("/terms", post(lambda b: terms(b.get("text", ""))), methods=["POST"]),
         ]
 
     async def status(self, request: Any) -> Any:

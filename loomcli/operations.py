@@ -52,6 +52,7 @@ SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
 QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
 QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
 GLOBS_MAX = 100
+TERMS_MAX = 64  # words of a query the page highlights
 # Agent mode and conversations (README: "Agent mode", "Conversations").
 AGENT_MAX_CALLS = 10  # model calls of one agent ask, in all ([ask] max_steps counts tools)
 TOOL_RESULT_CHARS = 6000  # one tool result's cap in agent mode (JSON characters)
@@ -60,6 +61,8 @@ CONVERSATIONS_LIMIT, CONVERSATIONS_LIMIT_MAX = 20, 1000
 
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
+
+Sending = Callable[["Prompt | None", str], None]  # (what is sent, the model) before a call
 
 CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
 
@@ -133,14 +136,14 @@ class SearchHit:
     (Records here are plain classes: see records.py.)"""
 
     __slots__ = ("path", "title", "score", "snippet", "content_len", "match", "content",
-                 "truncated", "page")
+                 "truncated", "page", "offset")
 
     def __init__(self, path: str, title: str, score: float, snippet: str, content_len: int,
                  match: str = "bm25", content: str | None = None, truncated: bool = False,
-                 page: int | None = None) -> None:
+                 page: int | None = None, offset: int | None = None) -> None:
         self.path, self.title, self.score, self.snippet = path, title, score, snippet
         self.content_len, self.match, self.content = content_len, match, content
-        self.truncated, self.page = truncated, page
+        self.truncated, self.page, self.offset = truncated, page, offset
 
     def __repr__(self) -> str:
         return f"SearchHit({self.to_dict()!r})"
@@ -152,11 +155,31 @@ class SearchHit:
                                "score": round(self.score, 4),
                                "snippet": plain_snippet(self.snippet),
                                "content_len": self.content_len, "match": self.match,
-                               "page": self.page}
+                               "page": self.page, "offset": self.offset}
         if self.content is not None:
             out["content"] = self.content
             out["truncated"] = self.truncated
         return out
+
+
+class Terms(Record):
+    """A question's or query's words as loom matches them (lower-case stems, function
+    words of every language it knows left out): what the web page highlights, so it never
+    copies the rule."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: list[str]) -> None:
+        self.terms = terms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"terms": self.terms}
+
+
+def terms(text: Any) -> Terms:
+    from loomcli.excerpt import terms as stems
+
+    return Terms(stems(_text("text", text, required=False))[:TERMS_MAX])
 
 
 class SearchResult(Record):
@@ -508,7 +531,7 @@ class Corpus:
             found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,
                                                        prefix=_bool("prefix", prefix))
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
-                              page=h.page) for h, how in found]
+                              page=h.page, offset=h.offset) for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
 
@@ -923,7 +946,7 @@ class Corpus:
         from loomcli.ask import history, turn
         from loomcli.conversations import Conversations
 
-        with Conversations.open() as store:
+        with Conversations.open(self.conversations_path, readonly=True) as store:
             conv = store.get(self.conversation_for(conversation_id) or "")
         plan = turn.budget(self, providers.from_config(self.config), question, HISTORY_SHARE)
         return (history.retrieval_text(conv, question),
@@ -960,13 +983,16 @@ class Corpus:
             on_text: Callable[[str], None] | None = None, mode: Any = None,
             on_warning: Callable[[str], None] | None = None, agent: Any = None,
             conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
-            keep: bool = True, clock: Callable[[], float] = time.perf_counter,
-            model: Any = None) -> Answer:
+            keep: Any = None, clock: Callable[[], float] = time.perf_counter,
+            model: Any = None, on_sending: Sending | None = None) -> Answer:
         """Answer from the notes: one LLM call over the best files fitted to the model's
         window, or (agent) a bounded loop in which the model searches, greps and reads.
         With a conversation_id, a follow-up of that conversation; the turn is kept (a new
-        conversation when None). Nothing matching a plain ask: an empty Answer (no call,
-        nothing kept). `model`: this call's model instead of [llm] model."""
+        conversation when None) unless `keep` is false (None: `[ask] keep`): then the
+        conversations file is read (a follow-up) but neither created nor written. Nothing
+        matching a plain ask: an empty Answer (no call, nothing kept). `model`: this call's
+        model instead of [llm] model. `on_sending(prompt, model)`: just before the model is
+        called (prompt None for an agent), for a terminal's status line."""
         from loomcli import providers
         from loomcli.ask import turn
         from loomcli.conversations import Conversations
@@ -986,27 +1012,31 @@ class Corpus:
                 made.append(providers.from_config(cfg))
             return made[0]
 
+        keep = self.keep_on(keep)
         if not keep and cid is None:
             return turn.run(self, chosen, question, None, settings, store=None,
                             on_text=on_text, on_step=on_step, on_warning=on_warning,
-                            clock=clock)
-        if cid is None and keep:
+                            clock=clock, on_sending=on_sending)
+        if cid is None:  # a new conversation: its file is made only when a turn is kept
             from loomcli.conversations import Later
 
-            return turn.run(self, chosen, question, None, settings, store=Later(),
-                            on_text=on_text, on_step=on_step, on_warning=on_warning,
-                            clock=clock)
-        with Conversations.open() as store:
+            return turn.run(self, chosen, question, None, settings,
+                            store=Later(self.conversations_path), on_text=on_text,
+                            on_step=on_step, on_warning=on_warning, clock=clock,
+                            on_sending=on_sending)
+        with Conversations.open(self.conversations_path, readonly=not keep) as store:
             return turn.run(self, chosen, question, store.get(cid) if cid else None,
                             settings, store=store if keep else None, on_text=on_text,
-                            on_step=on_step, on_warning=on_warning, clock=clock)
+                            on_step=on_step, on_warning=on_warning, clock=clock,
+                            on_sending=on_sending)
 
     def ask_once(self, question: Any, top_k: Any = None, *,
                  provider: Provider | Callable[[], Provider],
                  on_text: Callable[[str], None] | None = None, mode: Any = None,
                  on_warning: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 retrieve_with: str | None = None, recalled: Any = None) -> Answer:
+                 retrieve_with: str | None = None, recalled: Any = None,
+                 on_sending: Sending | None = None) -> Answer:
         """One LLM call over the best files, fitted to the model's window (retrieved with
         `retrieve_with`, the conversation's words, when given; `recalled`: the earlier
         turns to send). Nothing matching: an empty Answer (no call)."""
@@ -1030,6 +1060,8 @@ class Corpus:
             return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
                                clock=clock, retrieve_with=retrieve_with, recalled=recalled)
 
+        if on_sending is not None:
+            on_sending(prompt, chosen.model)
         result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
         result.timings["total_ms"] = round((clock() - started) * 1000, 1)
         return result
@@ -1046,6 +1078,19 @@ class Corpus:
         self.agent_on(agent)
         return self.conversation_for(conversation_id)
 
+    def keep_on(self, keep: Any = None) -> bool:
+        """--keep / --no-keep / the `keep` field, else `[ask] keep`."""
+        return bool(self.config.get("ask.keep")) if keep is None else _bool("keep", keep)
+
+    @property
+    def conversations_path(self) -> Path:
+        """Where this corpus keeps its conversations: beside its index for a corpus of
+        `serve --corpus-root` (one corpus cannot read or continue another's), else under
+        the home."""
+        from loomcli.conversations import FILE_NAME, default_path
+
+        return self.db_path.parent / FILE_NAME if self.db_path else default_path()
+
     def agent_on(self, agent: Any = None) -> bool:
         """--agent / --no-agent / the `agent` field, else `[ask] agent`."""
         return bool(self.config.get("ask.agent")) if agent is None else _bool("agent", agent)
@@ -1057,19 +1102,46 @@ class Corpus:
 
         if cid is None and not last:
             return None
-        with Conversations.open() as store:
+        if cid is not None:
+            cid = check_id(cid)
+        if not self.conversations_path.exists():
+            if cid is None:
+                return None  # -c before any kept conversation: a new one
+            raise IndexMissingError(f"no conversation {cid!r}",
+                                    "`loom conversations` lists them")
+        with Conversations.open(self.conversations_path, readonly=True) as store:
             if cid is None:
                 return store.last_id()
-            return store.get(check_id(cid)).id
+            return store.get(cid).id
 
     def conversations(self, limit: Any = None) -> list[Any]:
-        from loomcli.conversations import Conversations, default_path
+        from loomcli.conversations import Conversations
 
         n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
-        if not default_path().exists():
-            return []  # none kept yet (listing them makes no file)
-        with Conversations.open() as store:
+        if not self.conversations_path.exists():
+            return []
+        with Conversations.open(self.conversations_path, readonly=True) as store:
             return store.recent(n or CONVERSATIONS_LIMIT)
+
+    def remove_conversation(self, cid: Any) -> None:
+        """Delete one kept conversation (IndexMissingError when there is none)."""
+        from loomcli.conversations import Conversations, check_id
+
+        cid = check_id(cid)
+        if self.conversations_path.exists():
+            with Conversations.open(self.conversations_path) as store:
+                if store.remove(cid):
+                    return
+        raise IndexMissingError(f"no conversation {cid!r}", "`loom conversations` lists them")
+
+    def clear_conversations(self) -> int:
+        """Delete every kept conversation; how many there were."""
+        from loomcli.conversations import Conversations
+
+        if not self.conversations_path.exists():
+            return 0
+        with Conversations.open(self.conversations_path) as store:
+            return store.clear()
 
     def used_files(self, returned: list[Any]) -> list[Any]:
         """What an agent's tools returned (agent.Returned), as ask's `used` files with the

@@ -70,6 +70,10 @@ def get(config: str | None, path: str, offset: int, length: int | None, as_json:
         try:
             got = found.get(found.index_path_of(path), offset, length)
         except IndexMissingError:
+            name, at = _at_offset(path, offset)
+            if name != path:  # PATH@OFFSET, as ask prints its sources
+                got = found.get(found.index_path_of(name), at, length)
+                return _print_got(got, as_json)
             name, colon, where = path.rpartition(":")
             span = _line_range(where, "-") if colon and name else None
             if span is None or offset or length is not None:
@@ -78,12 +82,29 @@ def get(config: str | None, path: str, offset: int, length: int | None, as_json:
             if page[1] and page[2][:1] == "p" and page[2][1:].isdigit():
                 name = page[0]
             got = found.get_lines(found.index_path_of(name), *span)
+    return _print_got(got, as_json)
+
+
+def _print_got(got: Any, as_json: bool) -> int:
     if as_json:
         print_json(got.to_dict())
     else:
         newline = got.content and not got.content.endswith("\n") and sys.stdout.isatty()
         out(got.content, end="\n" if newline else "")
     return 0
+
+
+def _at_offset(path: str, offset: int) -> tuple[str, int]:
+    """`PATH@OFFSET`, as `loom ask` prints its sources: the file from that byte (tried
+    when PATH itself is not an indexed file)."""
+    import re
+
+    at = re.fullmatch(r"(.+)@(\d{1,15})", path, re.DOTALL)
+    if at is None:
+        return path, offset
+    if offset:
+        raise LoomError(f"{path} gives an offset and so does --offset", "give one of them")
+    return at[1], int(at[2])
 
 
 def grep(config: str | None, pattern: str | None, *, path: str | None,

@@ -75,10 +75,12 @@ class FileRow(Record):
 
 
 class Hit(Record):
-    __slots__ = ("path", "title", "score", "snippet", "file_id", "content_len", "page")
+    __slots__ = ("path", "title", "score", "snippet", "file_id", "content_len", "page",
+                 "offset")
 
     def __init__(self, path: str, title: str, score: float, snippet: str, file_id: int,
-                 content_len: int, page: int | None = None) -> None:
+                 content_len: int, page: int | None = None, offset: int | None = None
+                 ) -> None:
         self.path = path
         self.title = title
         self.score = score
@@ -86,6 +88,7 @@ class Hit(Record):
         self.file_id = file_id
         self.content_len = content_len  # bytes of the whole extracted text
         self.page = page  # a PDF's page where the snippet is (from 1)
+        self.offset = offset  # byte offset of the snippet's first query word (`loom get`)
 
 
 class FileInfo(Record):
@@ -923,9 +926,10 @@ class Store:
             snippet, at = snippet_at(text, words)
             if start and snippet and not snippet.startswith("…"):
                 snippet = "…" + snippet
+            offset = start + utf8_len(text[:at])
             pages = self.pages(fid)
-            page = (bisect_right(pages, start + utf8_len(text[:at])) if pages else None)
-            out.append(Hit(path, title, score, snippet, fid, content_len, page))
+            page = bisect_right(pages, offset) if pages else None
+            out.append(Hit(path, title, score, snippet, fid, content_len, page, offset))
         return out
 
     def list_files(self) -> list[FileInfo]:

@@ -38,6 +38,9 @@ class Behaviour:
     raw: list[bytes] | None = None  # send these bytes as the body instead of an answer
     huge_line_bytes: int = 0  # stream one answer line of this many bytes, in pieces
     endless: bool = False  # stream small pieces until the client hangs up
+    # Stream this many chunks, then hold the rest until `FakeLLM.resume` is set (or the
+    # client hangs up): an answer caught mid-stream. `FakeLLM.paused` says it is held.
+    pause_after: int | None = None
     non_stream: bool = False  # answer OpenAI chat with one JSON document
     # The context window, in tokens: None keeps everything (no window).
     window: int | None = None
@@ -83,6 +86,8 @@ class FakeLLM:
         self.sent: list[str] = []  # each chat's whole prompt
         self.refused = 0
         self.closed = threading.Event()  # an endless stream saw the client hang up
+        self.paused = threading.Event()  # a stream is held (Behaviour.pause_after)
+        self.resume = threading.Event()
         fake = self
 
         class Handler(RecordingHandler):
@@ -274,9 +279,17 @@ class FakeLLM:
 
             def _stream(self, ctype: str, chunks: list[bytes]) -> None:
                 self._start(ctype)
-                for chunk in chunks:
+                pause = fake.behaviour.pause_after
+                for i, chunk in enumerate(chunks):
+                    if i == pause:
+                        fake.paused.set()
+                        fake.resume.wait(120)
                     if chunk:
-                        self._chunk(chunk)
+                        try:
+                            self._chunk(chunk)
+                        except OSError:
+                            fake.closed.set()
+                            return
                 self.wfile.write(b"0\r\n\r\n")
 
         class Server(ThreadingHTTPServer):

@@ -157,7 +157,7 @@ def test_steps_are_printed_on_stderr_as_they_happen(kernel_notes, loom_home):
     assert lines[1].startswith("→ loom_get_file admin/sysrq.rst ")
     assert " · 900 of " in lines[1]
     assert done.stdout.startswith("The notes say: \"" + SYSRQ)
-    assert "Sources:\n  [admin/sysrq.rst]" in done.stdout
+    assert "Sources:\n  admin/sysrq.rst@" in done.stdout
 
 
 def test_agent_is_the_default_with_the_config_key(kernel_notes, loom_home):

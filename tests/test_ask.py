@@ -104,7 +104,7 @@ def test_streams_the_answer_then_the_cited_sources(indexed, loom_home, llm, prov
                 env={"LOOM_TEST_KEY": "sk-secret"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ("The answer is here [manuals/field-guide.pdf].\n\nSources:\n"
-                           "  [manuals/field-guide.pdf pp. 1-5] Field Guide to the Loom "
+                           "  manuals/field-guide.pdf@0 pp. 1-5  Field Guide to the Loom "
                            "Workshop\n")
     [req] = llm.chats()
     assert req["path"] == path

@@ -117,7 +117,7 @@ def test_search_files_status_get_json_keys(notes):
     loom("scan", str(notes))
     hits = json.loads(loom("search", "warp", "tension", "--json").stdout)["hits"]
     assert hits and list(hits[0]) == ["path", "title", "score", "snippet", "content_len",
-                                      "match", "page"]
+                                      "match", "page", "offset"]
     assert {h["match"] for h in hits} == {"bm25"}
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:], strict=False))
     files = json.loads(loom("files", "--json").stdout)["files"]
@@ -241,7 +241,7 @@ def test_init_writes_a_valid_starting_config(loom_home, notes):
      "loom: No such option: --bogus — try loom search --help\n"),
     # Only the command being run is built (start-up): errors around it are unchanged.
     (["config", "sett"],
-     "loom: No such command 'sett'. Did you mean 'set'? — try loom config --help\n"),
+     "loom: No such command 'sett'. Did you mean 'set', 'unset'? — try loom config --help\n"),
     (["--config"], "loom: Option '--config' requires an argument — try loom --help\n"),
     (["--config", "/nonexistent.toml", "grep"],
      "loom: Missing argument 'pattern' — try loom grep --help\n"),

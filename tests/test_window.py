@@ -255,7 +255,7 @@ def test_quotes_are_checked_and_located_with_pages(scanned_notes, loom_home, llm
     human = loom("ask", "Which invoice covers the madder root?")
     assert 'unverified quote: "the loom was invented by a cat in 1802"' in human.stdout
     assert "invoice" not in human.stdout.split("unverified quote:")[1].split("\n")[0]
-    assert "  [manuals/field-guide.pdf pp. 1-5] Field Guide" in human.stdout
+    assert f"  manuals/field-guide.pdf@{q1['offset']} pp. 1-5  Field Guide" in human.stdout
 
 
 def test_verbose_prints_context_and_timings(scanned_notes, loom_home, llm):
@@ -264,8 +264,10 @@ def test_verbose_prints_context_and_timings(scanned_notes, loom_home, llm):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("loom: context: window 16,384 tokens (ollama /api/show)")
+    assert lines[1].startswith("loom: timings: retrieve ")  # before the answer
+    assert lines[2].startswith("loom: timings: first_token ")  # after it
     for stage in ("retrieve", "excerpts", "first_token", "model", "total"):
-        assert f"{stage} " in lines[1]
+        assert f"{stage} " in lines[1] + lines[2]
 
 
 # -- near-copies -------------------------------------------------------------------------

@@ -92,6 +92,7 @@ class Answer:
     timings: dict[str, float] = field(default_factory=dict)
     conversation_id: str | None = None  # the conversation this turn was kept in
     steps: list[Any] = field(default_factory=list)  # agent.Step: the tools the model ran
+    not_kept: str | None = None  # why the turn could not be kept (the answer stands)
 
     def sources(self) -> list[dict[str, Any]]:
         """Each cited file with the pages and byte spans that were sent."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from loomcli import ask
 from loomcli.ask import agent, history
-from loomcli.conversations import Conversation, Conversations, Later
+from loomcli.conversations import Conversation, ConversationBusy, Conversations, Later
 from loomcli.errors import ToolsUnsupported
 from loomcli.providers import DEFAULT_WINDOW, Message
 
@@ -81,10 +81,12 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
         on_text: Callable[[str], None] | None = None,
         on_step: Callable[[agent.Step], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.perf_counter) -> ask.Answer:
+        clock: Callable[[], float] = time.perf_counter,
+        on_sending: Callable[[ask.Prompt | None, str], None] | None = None) -> ask.Answer:
     """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
     turn in `store` (None: keep nothing). `get_provider` is called only when a model is
-    needed (a plain ask that matches nothing needs none)."""
+    needed (a plain ask that matches nothing needs none). `on_sending(prompt, model)`: just
+    before the model is called (prompt None for an agent)."""
     recalled = history.Recall()
     provider = None
     plan = None
@@ -96,6 +98,8 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
     result: ask.Answer | None = None
     if settings.agent and provider is not None and plan is not None:
         try:
+            if on_sending is not None:
+                on_sending(None, provider.model)
             result = _agent(corpus, provider, question, recalled, settings, plan, on_text,
                             on_step, clock)
         except ToolsUnsupported as exc:
@@ -107,14 +111,52 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
         result = corpus.ask_once(question, settings.top_k, provider=provider or get_provider,
                                  on_text=on_text, mode=settings.mode, on_warning=on_warning,
                                  clock=clock, recalled=earlier,
-                                 retrieve_with=history.retrieval_text(conv, question))
-        if not result.used:
+                                 retrieve_with=history.retrieval_text(conv, question),
+                                 on_sending=on_sending)
+        if not result.used and provider is not None and plan is not None and earlier:
+            # "now into German", "shorter?": about the conversation, not the notes.
+            result = _about_the_conversation(provider, question, earlier, plan, on_text,
+                                             clock, on_sending)
+        if not result.used and not result.answer:
             return result  # nothing matched, nothing asked: nothing to keep
     if store is not None:
-        result.conversation_id = store.add_turn(
-            conv.id if conv else None, question, result.answer, sources=result.citations,
-            steps=[s.to_dict() for s in result.steps],
-            summary=(recalled.summary, recalled.summary_upto) if recalled.made else None)
+        try:
+            result.conversation_id = store.add_turn(
+                conv.id if conv else None, question, result.answer,
+                sources=result.citations, steps=[s.to_dict() for s in result.steps],
+                summary=(recalled.summary, recalled.summary_upto) if recalled.made else None)
+        except ConversationBusy as exc:
+            result.not_kept = str(exc)  # the answer stands; the edge says it was not kept
+            result.warnings.append(result.not_kept)
+    return result
+
+
+CONVERSATION_INSTRUCTIONS = (
+    "You are continuing a conversation with a user about their notes. No note matched "
+    "their new message: it is about the conversation itself (translate, shorten, explain "
+    "or rephrase an earlier answer). Answer it from the conversation below, keeping the "
+    "[path] citations the earlier answers gave. If it needs notes the conversation does "
+    "not hold, say so.")
+
+
+def _about_the_conversation(provider: Provider, question: str, recalled: history.Recall,
+                            plan: Plan, on_text: Callable[[str], None] | None,
+                            clock: Callable[[], float],
+                            on_sending: Callable[[ask.Prompt | None, str], None] | None
+                            ) -> ask.Answer:
+    """A follow-up that matches no note, sent with the conversation alone."""
+    from loomcli.ask import question_block
+
+    user = recalled.as_text() + question_block(question)
+    prompt = ask.Prompt(CONVERSATION_INSTRUCTIONS, user, [], budget=plan.budget,
+                        prompt_tokens=plan.estimate(CONVERSATION_INSTRUCTIONS)
+                        + plan.estimate(user))
+    if on_sending is not None:
+        on_sending(prompt, provider.model)
+    result = ask.answer(prompt, provider, on_text, clock=clock)
+    earlier = {p for t in recalled.turns for p in t.sources}
+    result.citations = ask.citations(result.answer, [ask.UsedFile(p, "", 0) for p in earlier])
+    result.quotes = []  # nothing was sent to check them against but the earlier answers
     return result
 
 

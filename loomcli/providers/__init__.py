@@ -363,7 +363,7 @@ def from_config(cfg: Config) -> Provider:
         raise ConfigError("no LLM model configured",
                           "set one, e.g. `loom config set llm.model llama3.2`")
     reg = REGISTRY[name]
-    endpoint = (cfg.get("llm.endpoint") or reg.default_endpoint).rstrip("/")
+    endpoint = (cfg.url("llm.endpoint") or reg.default_endpoint).rstrip("/")
     key_env = cfg.get("llm.api_key_env") or reg.key_env
     settings = HttpSettings(name, endpoint, model, os.environ.get(key_env) if key_env else None,
                             key_env, float(cfg.get("llm.timeout_s")),

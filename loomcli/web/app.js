@@ -8,7 +8,6 @@ const TOKEN_KEY = "loom-token";
 const CHUNK_BYTES = 64 * 1024; // text fetched at a time when reading a document
 const BEFORE_BYTES = 4 * 1024; // of it, before the place opened
 const MATCHES_MAX = 500; // matches of a document listed for next/previous (the API's cap)
-const STEM = 6; // query words match by their first letters, as the server's snippets do
 const WORD = "[\\p{L}\\p{N}_]";
 
 const $ = (id) => document.getElementById(id);
@@ -53,24 +52,30 @@ function escapeRegex(s) {
   return s.replace(/[.*+?^${}()|[\]\\\/-]/g, "\\$&");
 }
 
-function stems(query) {
-  const words = (query || "").match(new RegExp(`${WORD}+`, "gu")) || [];
-  const out = [...new Set(words.map((w) => w.toLowerCase().slice(0, STEM)))];
-  return out.sort((a, b) => b.length - a.length).slice(0, 64);
+// A query's words as loom matches them (stems, without function words such as "the",
+// "is", "per"): the server's rule, asked once per query, never copied here.
+const termsCache = new Map();
+async function termsOf(query) {
+  if (!query || !query.trim()) return [];
+  if (!termsCache.has(query)) {
+    if (termsCache.size > 200) termsCache.clear();
+    termsCache.set(query, callJSON("POST", "/terms", { text: query })
+      .then((r) => [...r.terms].sort((a, b) => b.length - a.length))
+      .catch((error) => { termsCache.delete(query); throw error; }));
+  }
+  return termsCache.get(query);
 }
 
 // JS regex that marks the query's words (whole words starting with a stem).
-function wordsRegex(query) {
-  const s = stems(query);
-  if (!s.length) return null;
+function wordsRegex(s) {
+  if (!s || !s.length) return null;
   return new RegExp(`(?<!${WORD})(?:${s.map(escapeRegex).join("|")})${WORD}*`, "giu");
 }
 
 // The same words as an RE2 pattern for the grep API (a non-word character or the start
 // before them: RE2's \b knows ASCII only).
-function wordsPattern(query) {
-  const s = stems(query);
-  if (!s.length) return null;
+function wordsPattern(s) {
+  if (!s || !s.length) return null;
   return `(?:^|[^\\pL\\pN_])(?:${s.map((w) => w.replace(/[\\.+*?()|[\]{}^$-]/g, "\\$&")).join("|")})`;
 }
 
@@ -326,9 +331,10 @@ views.search = (() => {
   }
 
   function hitItem(hit, query, re) {
-    const params = { path: hit.path, q: query };
+    // The hit carries where its snippet is: opened there, with no request per hit.
+    const params = { path: hit.path, q: query, offset: hit.offset ?? "" };
     const how = { bm25: "words", semantic: "meaning", both: "words and meaning" }[hit.match] || hit.match;
-    const page = el("span", { class: "page" });
+    const page = el("span", { class: "page" }, hit.page ? `page ${hit.page}` : "");
     const li = el("li", { role: "option", "aria-selected": "false" },
       navLink("/file", params, hit.title || hit.path),
       el("div", { class: "meta" },
@@ -338,24 +344,7 @@ views.search = (() => {
       el("p", { class: "snippet" }, highlighted(hit.snippet || "", re)));
     li.firstChild.classList.add("title");
     li.children[1].firstChild.classList.add("path");
-    if (/\.pdf$/i.test(hit.path)) locate(hit, query, li, page);
     return li;
-  }
-
-  // PDFs: the page of the first hit, so the result says where it is (and opens there).
-  async function locate(hit, query, li, page) {
-    const pattern = wordsPattern(query);
-    if (!pattern) return;
-    try {
-      const found = await callJSON("POST", "/grep", { pattern, path: hit.path, limit: 1 });
-      const m = found.matches[0];
-      if (!m || shown !== query) return;
-      if (m.page) page.textContent = `page ${m.page}`;
-      const to = href("/file", { path: hit.path, q: query, offset: m.offset });
-      li.querySelectorAll("a").forEach((a) => a.setAttribute("href", to));
-    } catch {
-      /* the result stands without its page */
-    }
   }
 
   async function run(query) {
@@ -372,8 +361,10 @@ views.search = (() => {
         shown = query;
         if (current === "search") history.replaceState(null, "", href("/search", {}));
       } else {
-        const result = await callJSON("POST", "/search", { query, limit: 10, prefix: true, excerpt_chars: 0 });
-        if (mine === seq && queued === null) show(query, result);
+        const [result, terms] = await Promise.all([
+          callJSON("POST", "/search", { query, limit: 10, prefix: true, excerpt_chars: 0 }),
+          termsOf(query).catch(() => [])]);
+        if (mine === seq && queued === null) show(query, result, terms);
       }
     } catch (error) {
       if (queued === null) {
@@ -391,8 +382,8 @@ views.search = (() => {
     }
   }
 
-  function show(query, result) {
-    const re = wordsRegex(query);
+  function show(query, result, terms) {
+    const re = wordsRegex(terms);
     shown = query;
     selected = -1;
     count.classList.remove("error");
@@ -641,7 +632,12 @@ views.file = (() => {
     }
     if (!target || Number(target.dataset.offset) > offset + 64) target = caretAt(offset);
     if (!target) return;
-    if (target.tagName === "MARK") target.classList.add("current");
+    if (target.tagName === "MARK") {
+      // Every piece of it: a passage across page breaks is marked whole.
+      for (const m of pre.querySelectorAll("mark")) {
+        if (m.dataset.offset === target.dataset.offset) m.classList.add("current");
+      }
+    }
     // Scroll the text box only (scrollIntoView would scroll the page and hide the header).
     box.scrollTop += target.getBoundingClientRect().top - box.getBoundingClientRect().top -
       box.clientHeight / 2;
@@ -729,9 +725,11 @@ views.file = (() => {
     doc = null;
     if (!path) { fail("No document named: open one from search or grep."); return; }
     document.title = `${path} — loom`;
-    const re = pattern ? patternRegex(pattern, caseSensitive) : wordsRegex(q);
-    const grepPattern = pattern || wordsPattern(q);
     try {
+      const terms = pattern ? [] : await termsOf(q);
+      if (mine !== seq) return;
+      const re = pattern ? patternRegex(pattern, caseSensitive) : wordsRegex(terms);
+      const grepPattern = pattern || wordsPattern(terms);
       const [info, found] = await Promise.all([
         callJSON("POST", "/pages", { path }),
         grepPattern
@@ -812,21 +810,38 @@ views.ask = (() => {
         (typeof result === "string" ? result : JSON.stringify(result)).slice(0, 300)) : ""));
   }
 
-  // The answer with each cited [path] as a link to that document.
-  function answerNodes(text, paths, question) {
+  // Where a source opens: the first of its quotes that was verified, else the window
+  // sent after the file's head, else the first span sent — marked, and scrolled to.
+  // Never the question's words: its "the" and "is" would be marked all over the text.
+  function passage(result, src) {
+    const q = (result.quotes || []).find((x) => x.verified && x.path === src.path && x.offset != null);
+    if (q) return { path: src.path, offset: q.offset, length: q.length };
+    const spans = Array.isArray(src.spans) ? src.spans : [];
+    const span = spans.length > 1 ? spans[1] : spans[0];
+    return span ? { path: src.path, offset: span.offset, length: span.length } : { path: src.path };
+  }
+
+  function passages(result) {
+    const out = new Map();
+    for (const s of result.sources || []) if (s && s.path) out.set(s.path, passage(result, s));
+    return out;
+  }
+
+  // The answer with each cited [path] as a link to that document's passage.
+  function answerNodes(text, paths, where) {
     const frag = document.createDocumentFragment();
     let last = 0;
     for (const m of text.matchAll(/\[([^\[\]\n]{1,400})\]/g)) {
       const path = m[1].replace(/,?\s*(?:page|p\.)\s*\d+$/i, "").trim();
       if (!paths.has(path)) continue;
-      frag.append(text.slice(last, m.index), "[", navLink("/file", { path, q: question }, m[1]), "]");
+      frag.append(text.slice(last, m.index), "[", navLink("/file", where.get(path) || { path }, m[1]), "]");
       last = m.index + m[0].length;
     }
     frag.append(text.slice(last));
     return frag;
   }
 
-  function sourceItems(result, question) {
+  function sourceItems(result, where) {
     const out = [];
     const seen = new Set();
     const add = (src) => {
@@ -834,7 +849,7 @@ views.ask = (() => {
       if (!s.path || seen.has(s.path)) return;
       seen.add(s.path);
       const pages = Array.isArray(s.pages) ? s.pages : s.page ? [s.page] : [];
-      const li = el("li", {}, navLink("/file", { path: s.path, q: question }, s.title || s.path));
+      const li = el("li", {}, navLink("/file", where.get(s.path) || { path: s.path }, s.title || s.path));
       if (s.title && s.title !== s.path) li.append(el("span", { class: "hint" }, ` ${s.path}`));
       if (pages.length) li.append(el("span", { class: "hint" }, ` · page${pages.length > 1 ? "s" : ""} ${pages.join(", ")}`));
       if (result.citations && result.citations.includes(s.path)) li.append(el("span", { class: "tag" }, "cited"));
@@ -868,7 +883,8 @@ views.ask = (() => {
   function finish(result, question) {
     const paths = new Set([...(result.citations || []), ...(result.used || []).map((u) => u.path),
       ...(result.sources || []).map((s) => (typeof s === "string" ? s : s && s.path))]);
-    answer.replaceChildren(answerNodes(result.answer || answer.textContent, paths, question));
+    const where = passages(result);
+    answer.replaceChildren(answerNodes(result.answer || answer.textContent, paths, where));
     if (!result.answer && !(result.used || []).length) {
       state.textContent = "No indexed file matches this question: nothing was sent to the model.";
     } else {
@@ -881,7 +897,7 @@ views.ask = (() => {
       $("quotes").replaceChildren(...quotes.map(quoteItem));
       $("ask-quotes").hidden = false;
     }
-    const sources = sourceItems(result, question);
+    const sources = sourceItems(result, where);
     if (sources.length) {
       $("sources").replaceChildren(...sources);
       $("ask-sources").hidden = false;
