@@ -408,7 +408,7 @@ def ask(
 ) -> None:
     """Answer a question from your notes with your LLM, citing the files it used."""
     corpus = _corpus()
-    text = " ".join(question).strip()
+    text = console.utf8(" ".join(question)).strip()
     if not text:
         raise LoomError("the question is empty", 'ask something: loom ask "…"')
     conversation = corpus.conversation_for(cid, cont)
@@ -435,6 +435,11 @@ def _show_step(step: Any) -> None:
     sys.stderr.flush()
 
 
+def _show_progress(line: str) -> None:
+    sys.stderr.write(console.safe(line) + "\n")
+    sys.stderr.flush()
+
+
 def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
               agent: bool | None, conversation: str | None, as_json: bool,
               verbose: bool = False, model: str | None = None) -> str | None:
@@ -442,12 +447,12 @@ def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
     `model`: this question's model (`-m`) instead of [llm] model."""
 
     def stream(piece: str) -> None:
-        _out(piece, end="")
+        _out(console.safe(piece, lines=True), end="")  # the model's: no escape sequences
 
     result = corpus.ask(text, top_k, on_text=None if as_json else stream, mode=mode,
                         on_warning=lambda w: _err(f"warning: {w}"), agent=agent,
-                        conversation_id=conversation,
-                        on_step=_show_step, model=model)
+                        conversation_id=conversation, on_step=_show_step,
+                        on_progress=_show_progress, model=model)
     if not result.used and not result.steps and not result.answer:
         _err("no indexed file matches the question; nothing was sent to the LLM")
         return None
@@ -460,13 +465,14 @@ def _ask_once(corpus: Corpus, text: str, top_k: int | None, mode: str | None,
 
     by_path = {u.path: u for u in result.used}
     lines = [""]
-    lines += [f"unverified quote: \"{_shorten(q.text)}\"" for q in result.quotes
+    lines += [f"unverified quote: \"{console.safe(_shorten(q.text))}\"" for q in result.quotes
               if not q.verified]
     lines += ["", "Sources:"]
     if result.citations:
         for p in result.citations:
             pages = page_label(by_path[p].pages)
-            lines.append(f"  [{_shown(p)}{' ' + pages if pages else ''}] {by_path[p].title}")
+            lines.append(f"  [{_shown(p)}{' ' + pages if pages else ''}] "
+                         f"{console.safe(by_path[p].title)}")
     elif result.used:
         lines.append("  (none cited) sent: " + ", ".join(_shown(u.path) for u in result.used))
     else:
@@ -493,10 +499,10 @@ def chat(
         if prompt:
             sys.stderr.write(prompt)
             sys.stderr.flush()
-        line = sys.stdin.readline()
-        if not line:  # Ctrl-D, or the end of piped questions
+        raw = sys.stdin.buffer.readline()
+        if not raw:  # Ctrl-D, or the end of piped questions
             break
-        text = line.strip()
+        text = raw.decode("utf-8", "replace").strip()  # bytes not UTF-8: U+FFFD
         if text in ("exit", "quit"):
             break
         if not text:
