@@ -233,7 +233,8 @@ def _kept(call: ToolCall) -> ToolCall:
 def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
               returned: list[Returned]) -> tuple[Step, str]:
     args = call.arguments
-    key = call.name + "\0" + json.dumps(args, sort_keys=True, ensure_ascii=False)
+    key = call.name + "\0" + call.error + "\0" + json.dumps(args, sort_keys=True,
+                                                         ensure_ascii=False)
     if key in done:
         content = tools.dumps({"note": REPEATED})
         return Step(call.name, args, len(content), 0, "already done"), content

@@ -2,23 +2,23 @@
 and never stops streaming is stopped at a multiple of the answer's reserve, and a stream
 that goes on for longer than `[llm] answer_timeout_s` (or past the provider's byte cap) is
 cut there. Either way what came before is kept as the answer and `cut` says, in one
-line, what happened.
+line, what happened. Text that is not valid Unicode (a lone surrogate from a JSON escape)
+becomes U+FFFD here, once for every later printer, store and request.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
-from loomcli.providers import StreamCut
-
-if TYPE_CHECKING:
-    from loomcli.providers import ToolCall
+from loomcli.console import utf8
+from loomcli.providers import StreamCut, ToolCall
 
 SLACK = 2  # an answer may take this many times its reserve (estimates differ from the
 SLACK_MIN_TOKENS = 256  # model's own count), and at least this many tokens more
 PROGRESS_S = 5.0  # how often a long answer reports its progress
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
 ESTIMATE_CHARS = 2048  # the text is estimated in runs of about this many characters
 
 
@@ -28,6 +28,17 @@ def answer_limit(reserve: int | None) -> int | None:
     if not reserve:
         return None
     return max(reserve * SLACK, reserve + SLACK_MIN_TOKENS)
+
+
+def _valid_text(call: ToolCall) -> ToolCall:
+    """The call with lone surrogates (JSON's "\\udcff") in its name or arguments made
+    U+FFFD: such text can be neither printed, nor kept, nor sent again as UTF-8."""
+    import json
+
+    dumped = json.dumps(call.arguments, ensure_ascii=False)
+    if not _SURROGATE.search(call.name + dumped):
+        return call
+    return ToolCall(call.id, utf8(call.name), json.loads(utf8(dumped)), utf8(call.error))
 
 
 class Bounded:
@@ -62,7 +73,10 @@ class Bounded:
         try:
             for piece in self.pieces:
                 if isinstance(piece, str):
+                    piece = utf8(piece)
                     self._count(piece)
+                else:
+                    piece = _valid_text(piece)
                 got_any = True
                 yield piece
                 if self.limit is not None and self.tokens > self.limit:
