@@ -6,6 +6,12 @@ message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` 
 calls, and every request fits the window (older results shortened, then folded into a
 one-line note; the newest kept whole while it fits). The last call offers no tools, so the
 model has to answer. A call repeated with the same arguments is answered "already done".
+
+Whatever a model sends stays bounded: one message's calls past `CALLS_PER_MESSAGE` are
+answered with the limit, arguments past `ARGUMENT_CHARS` are neither run nor sent again,
+arguments that are not a JSON object are a tool error for the model (never the end of the
+ask), and each model message is read through `bounded.Bounded` (twice the answer's reserve,
+`[llm] answer_timeout_s`). Fitting a request is linear in its messages.
 """
 
 from __future__ import annotations
