@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,12 +61,18 @@ def main() -> None:
         subprocess.run([*loom, "scan", str(notes)], cwd=args.code, env=env, check=True,
                        capture_output=True)
         ask = [*loom, "ask", "warp?", "--json", *(["--agent"] if args.calls else [])]
+        # Its own process group: a run past --kill-after is ended with loom, not only time.
+        proc = subprocess.Popen(["/usr/bin/time", "-v", *ask], cwd=args.code, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
-            done = subprocess.run(["/usr/bin/time", "-v", *ask], cwd=args.code, env=env,
-                                  capture_output=True, text=True, timeout=args.kill_after)
+            stdout, stderr = proc.communicate(timeout=args.kill_after)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             print(json.dumps({"killed_after_s": args.kill_after}))
             return
+        done = subprocess.CompletedProcess(ask, proc.returncode, stdout, stderr)
         wall = re.search(r"Elapsed \(wall clock\) time.*: (\S+)", done.stderr)
         rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
         cpu = [float(x) for x in re.findall(r"(?:User|System) time \(seconds\): (\S+)",
