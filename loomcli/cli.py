@@ -476,7 +476,7 @@ def ask(
     """Answer a question from your notes with your LLM, citing the files it used."""
     when = _color_when(color)
     corpus = _corpus()
-    text = " ".join(question).strip()
+    text = console.utf8(" ".join(question)).strip()
     if not text:
         raise LoomError("the question is empty", 'ask something: loom ask "…"')
     conversation = corpus.conversation_for(cid, cont)
@@ -515,8 +515,12 @@ class Asking:
         self.status = console.Status()
 
     def warn(self, message: str) -> None:
-        self.status.above("loom: " + console.paint(f"warning: {message}", console.WARNING,
-                                                   self.tint_err))
+        line = console.paint(f"warning: {console.safe(message)}", console.WARNING,
+                             self.tint_err)
+        self.status.above("loom: " + line)
+
+    def progress(self, line: str) -> None:
+        self.status.above(console.safe(line))
 
     def step(self, step: Any) -> None:
         self.status.above(console.paint(step.line(), console.STEP, self.tint_err))
@@ -545,7 +549,7 @@ class Asking:
             if not streamed:
                 self.status.clear()
             streamed.append(piece)
-            _out(piece, end="")
+            _out(console.safe(piece, lines=True), end="")  # the model's: no escape sequences
 
         self.status.show("searching your notes…")
         try:
@@ -553,7 +557,7 @@ class Asking:
                 text, self.top_k, on_text=None if as_json else stream, mode=self.mode,
                 on_warning=self.warn, agent=self.agent, conversation_id=conversation,
                 on_step=self.step, model=self.model, keep=self.keep,
-                on_sending=self.sending)
+                on_sending=self.sending, on_progress=self.progress)
         finally:
             self.status.clear()
         if not result.used and not result.steps and not result.answer:
@@ -579,7 +583,8 @@ class Asking:
     def sources(self, result: Any) -> None:
         by_path = {u.path: u for u in result.used}
         lines = [""]
-        lines += [console.paint(f"unverified quote: \"{_shorten(q.text)}\"", console.WARNING,
+        lines += [console.paint(f"unverified quote: \"{console.safe(_shorten(q.text))}\"",
+                                console.WARNING,
                                 self.tint_out) for q in result.quotes if not q.verified]
         lines += ["", "Sources:"]
         if result.citations:
@@ -588,7 +593,8 @@ class Asking:
                 lines.append("  " + console.paint(_where(sent, result.quotes) if sent
                                                   else _shown(p),
                                                   console.SOURCE, self.tint_out)
-                             + (f"  {sent.title}" if sent else "  (earlier in the conversation)"))
+                             + (f"  {console.safe(sent.title)}" if sent
+                                else "  (earlier in the conversation)"))
         elif result.used:
             lines.append("  (none cited) sent: " + ", ".join(_where(u) for u in result.used))
         else:
@@ -646,10 +652,13 @@ def chat(
              "an answer")
     try:
         while True:
-            line = lines.read() if lines is not None else sys.stdin.readline()
+            if lines is not None:
+                line = lines.read()
+            else:  # piped questions: bytes that are not UTF-8 become U+FFFD
+                line = sys.stdin.buffer.readline().decode("utf-8", "replace")
             if line is None or line == "":  # Ctrl-D, or the end of piped questions
                 break
-            text = line.strip()
+            text = console.utf8(line).strip()
             if text in ("exit", "quit"):
                 break
             if not text:

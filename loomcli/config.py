@@ -37,6 +37,7 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "llm.timeout_s": ((int, float), 120),
     "llm.context_tokens": (int, None),  # None: learned from the server, else a known table
     "llm.max_answer_tokens": (int, None),  # None: sized to the window
+    "llm.answer_timeout_s": ((int, float), 600),  # one streamed answer, however it trickles
     "ask.top_k": (int, 5),
     "ask.file_budget_chars": (int, 8000),
     "ask.head_chars": (int, 1200),

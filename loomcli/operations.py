@@ -65,6 +65,7 @@ _EMBEDDERS_LOCK = threading.Lock()
 Sending = Callable[["Prompt | None", str], None]  # (what is sent, the model) before a call
 
 CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")  # lone surrogates: bytes that were not UTF-8
 
 
 # -- argument checks ----------------------------------------------------------------------
@@ -77,6 +78,14 @@ def _text(name: str, value: Any, *, required: bool = True) -> str:
     if len(value) > QUERY_CHARS_MAX:
         raise QueryError(f"{name} is longer than {QUERY_CHARS_MAX:,} characters",
                          "shorten it")
+    if _NOT_UTF8.search(value):  # argv bytes that are not UTF-8; a JSON "\udcff"
+        try:  # the bytes as given: "caf\xe9.md"
+            given = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            given = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        given = given if len(given) <= 40 else given[:37] + "..."
+        raise QueryError(f"{name} '{given}' is not valid UTF-8 text",
+                         "loom's index holds UTF-8 text and names only: give it in UTF-8")
     return value
 
 
@@ -703,6 +712,7 @@ class Corpus:
         paths only."""
         import os
 
+        _text("path", path, required=False)  # a name that is not UTF-8 is never indexed
         looks_on_disk = (os.path.isabs(os.path.expanduser(path)) or path.startswith(("./", "../"))
                          or path in (".", "..") or os.path.exists(path))
         if not looks_on_disk or not self.index_path.exists():
@@ -984,7 +994,8 @@ class Corpus:
             on_warning: Callable[[str], None] | None = None, agent: Any = None,
             conversation_id: Any = None, on_step: Callable[[Any], None] | None = None,
             keep: Any = None, clock: Callable[[], float] = time.perf_counter,
-            model: Any = None, on_sending: Sending | None = None) -> Answer:
+            model: Any = None, on_sending: Sending | None = None,
+            on_progress: Callable[[str], None] | None = None) -> Answer:
         """Answer from the notes: one LLM call over the best files fitted to the model's
         window, or (agent) a bounded loop in which the model searches, greps and reads.
         With a conversation_id, a follow-up of that conversation; the turn is kept (a new
@@ -1016,19 +1027,19 @@ class Corpus:
         if not keep and cid is None:
             return turn.run(self, chosen, question, None, settings, store=None,
                             on_text=on_text, on_step=on_step, on_warning=on_warning,
-                            clock=clock, on_sending=on_sending)
+                            clock=clock, on_sending=on_sending, on_progress=on_progress)
         if cid is None:  # a new conversation: its file is made only when a turn is kept
             from loomcli.conversations import Later
 
             return turn.run(self, chosen, question, None, settings,
                             store=Later(self.conversations_path), on_text=on_text,
                             on_step=on_step, on_warning=on_warning, clock=clock,
-                            on_sending=on_sending)
+                            on_sending=on_sending, on_progress=on_progress)
         with Conversations.open(self.conversations_path, readonly=not keep) as store:
             return turn.run(self, chosen, question, store.get(cid) if cid else None,
                             settings, store=store if keep else None, on_text=on_text,
                             on_step=on_step, on_warning=on_warning, clock=clock,
-                            on_sending=on_sending)
+                            on_sending=on_sending, on_progress=on_progress)
 
     def ask_once(self, question: Any, top_k: Any = None, *,
                  provider: Provider | Callable[[], Provider],
@@ -1060,9 +1071,12 @@ class Corpus:
             return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
                                clock=clock, retrieve_with=retrieve_with, recalled=recalled)
 
+        said = len(prompt.warnings)
         if on_sending is not None:
             on_sending(prompt, chosen.model)
         result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
+        for warning in result.warnings[said:] if on_warning else ():  # a cut answer, a retry
+            on_warning(warning)  # type: ignore[misc]
         result.timings["total_ms"] = round((clock() - started) * 1000, 1)
         return result
 

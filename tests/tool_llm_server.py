@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,6 +48,16 @@ def count_tokens(text: str) -> int:
 class Call:
     name: str
     arguments: dict[str, Any]
+    raw: str | None = None  # a hostile model: the arguments as this JSON text, valid or not
+
+
+@dataclass
+class Endless:
+    """A model that never stops: after what it said, `piece` again and again (every
+    `every_s` seconds: a slow stream) until the client hangs up."""
+
+    piece: str
+    every_s: float = 0.0
 
 
 @dataclass
@@ -64,7 +75,7 @@ class Turn:
             return None
 
 
-Said = list[str | Call]
+Said = list[str | Call | Endless]
 Brain = Callable[[list[Turn], bool], Said]
 
 
@@ -241,6 +252,21 @@ def prompt_text(turns: list[Turn], tools: list[Any]) -> str:
     return "\n".join(parts)
 
 
+def _raw_text(call: Call) -> str:
+    return call.raw if call.raw is not None else json.dumps(call.arguments)
+
+
+def _raw_value(call: Call) -> Any:
+    """The arguments as an API that sends them as a JSON value does: what `raw` decodes
+    to, or the text itself when it is not JSON (some Ollama builds send text)."""
+    if call.raw is None:
+        return call.arguments
+    try:
+        return json.loads(call.raw)
+    except ValueError:
+        return call.raw
+
+
 # -- the server ---------------------------------------------------------------------------
 
 @dataclass
@@ -250,6 +276,7 @@ class Limits:
     no_tools_error: str = ""  # the provider's real refusal, when tools are not supported
     stream: bool | None = None  # None: as asked; False: whole answers even when asked to stream
     calls_without_tools: bool = False  # a model that calls a tool it was not offered
+    fragment_chars: int = 7  # OpenAI's argument fragments (Anthropic's: this + 2)
 
 
 class ToolLLM:
@@ -263,6 +290,7 @@ class ToolLLM:
         self.arrived = threading.Event()
         self.stall_at: int | None = None
         self.release = threading.Event()
+        self.hung_up = threading.Event()  # an endless answer saw the client go
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -344,19 +372,58 @@ class ToolLLM:
                 said = fake.brain(turns, bool(tools))
                 if not tools and not fake.limits.calls_without_tools:
                     # a model offered no tools cannot call one in these APIs
-                    said = [s if isinstance(s, str) else
+                    said = [s if not isinstance(s, Call) else
                             f'<tool_call>{{"name": "{s.name}"}}</tool_call>' for s in said]
                 record["said"] = said
                 stream = body.get("stream", kind == "ollama")
                 if fake.limits.stream is not None:
                     stream = fake.limits.stream
+                endless = [s for s in said if isinstance(s, Endless)]
+                if endless:
+                    self._endless(kind, [s for s in said if isinstance(s, str)], endless[0])
+                    return
                 getattr(self, f"_{kind}")(said, stream, min(tokens, window))
+
+            def _endless(self, kind: str, text: list[str], more: Endless) -> None:
+                """Text pieces in the API's streamed shape, then `more.piece` for ever."""
+                def event(piece: str) -> str:
+                    if kind == "ollama":
+                        return json.dumps({"model": "m", "done": False, "message": {
+                            "role": "assistant", "content": piece}}) + "\n"
+                    if kind == "openai":
+                        return "data: " + json.dumps({"id": "x", "object":
+                                                      "chat.completion.chunk", "choices": [
+                                                          {"index": 0, "delta": {
+                                                              "content": piece}}]}) + "\n\n"
+                    return "event: content_block_delta\ndata: " + json.dumps({
+                        "type": "content_block_delta", "index": 0,
+                        "delta": {"type": "text_delta", "text": piece}}) + "\n\n"
+
+                def chunks() -> Any:
+                    if kind == "anthropic":
+                        yield ("event: message_start\ndata: " + json.dumps({
+                            "type": "message_start", "message": {"id": "msg", "role":
+                                                                 "assistant", "content": []}})
+                               + "\n\nevent: content_block_start\ndata: " + json.dumps({
+                                   "type": "content_block_start", "index": 0,
+                                   "content_block": {"type": "text", "text": ""}}) + "\n\n")
+                    yield from (event(p) for p in text)
+                    while True:
+                        if more.every_s:
+                            time.sleep(more.every_s)  # the model's pace, not a test's wait
+                        yield event(more.piece)
+
+                try:
+                    self._chunks({"ollama": "application/x-ndjson"}.get(
+                        kind, "text/event-stream"), chunks())
+                except OSError:
+                    fake.hung_up.set()
 
             # -- each API's answer shape --
 
             def _ollama(self, said: Said, stream: bool, tokens: int) -> None:
                 text = [s for s in said if isinstance(s, str)]
-                calls = [{"function": {"name": c.name, "arguments": c.arguments}}
+                calls = [{"function": {"name": c.name, "arguments": _raw_value(c)}}
                          for c in said if isinstance(c, Call)]
                 done = {"model": "m", "done": True, "done_reason": "stop",
                         "prompt_eval_count": tokens, "eval_count": 10,
@@ -386,7 +453,7 @@ class ToolLLM:
                     if calls:
                         msg["tool_calls"] = [
                             {"id": i, "type": "function", "function": {
-                                "name": c.name, "arguments": json.dumps(c.arguments)}}
+                                "name": c.name, "arguments": _raw_text(c)}}
                             for i, c in zip(ids, calls, strict=True)]
                     self._json(200, {"id": "x", "object": "chat.completion", "choices": [
                         {"index": 0, "message": msg, "finish_reason": finish}],
@@ -395,14 +462,15 @@ class ToolLLM:
                 events: list[dict[str, Any]] = [{"delta": {"role": "assistant",
                                                            "content": ""}}]
                 events += [{"delta": {"content": p}} for p in said if isinstance(p, str)]
+                step = fake.limits.fragment_chars
                 for n, (i, c) in enumerate(zip(ids, calls, strict=True)):
-                    args = json.dumps(c.arguments)
+                    args = _raw_text(c)
                     events.append({"delta": {"tool_calls": [{"index": n, "id": i,
                                    "type": "function", "function": {"name": c.name,
                                                                     "arguments": ""}}]}})
-                    for k in range(0, len(args), 7):  # arguments arrive in fragments
+                    for k in range(0, len(args), step):  # arguments arrive in fragments
                         events.append({"delta": {"tool_calls": [{"index": n, "function": {
-                            "arguments": args[k:k + 7]}}]}})
+                            "arguments": args[k:k + step]}}]}})
                 events.append({"delta": {}, "finish_reason": finish})
                 chunks = [f"data: {json.dumps({'id': 'x', 'object': 'chat.completion.chunk', 'choices': [{'index': 0, **e}]})}\n\n"  # noqa: E501
                           for e in events] + ["data: [DONE]\n\n"]
@@ -415,12 +483,13 @@ class ToolLLM:
                     blocks.append({"type": "text", "text": text})
                 for i, c in enumerate(c for c in said if isinstance(c, Call)):
                     blocks.append({"type": "tool_use", "id": f"toolu_{len(fake.requests)}_{i}",
-                                   "name": c.name, "input": c.arguments})
+                                   "name": c.name, "input": _raw_value(c), "raw": _raw_text(c)})
                 stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) \
                     else "end_turn"
                 if not stream:
                     self._json(200, {"id": "msg", "type": "message", "role": "assistant",
-                                     "content": blocks, "stop_reason": stop,
+                                     "content": [{k: v for k, v in b.items() if k != "raw"}
+                                                 for b in blocks], "stop_reason": stop,
                                      "usage": {"input_tokens": tokens, "output_tokens": 10}})
                     return
                 ev: list[tuple[str, dict[str, Any]]] = [("message_start", {
@@ -436,13 +505,15 @@ class ToolLLM:
                                 "type": "content_block_delta", "index": i,
                                 "delta": {"type": "text_delta", "text": p}}))
                     else:
+                        start = {k: v for k, v in b.items() if k != "raw"}
                         ev.append(("content_block_start", {"type": "content_block_start",
-                                   "index": i, "content_block": {**b, "input": {}}}))
-                        args = json.dumps(b["input"])
-                        for k in range(0, len(args), 9):
+                                   "index": i, "content_block": {**start, "input": {}}}))
+                        args, step = b["raw"], fake.limits.fragment_chars + 2
+                        for k in range(0, len(args), step):
                             ev.append(("content_block_delta", {
                                 "type": "content_block_delta", "index": i, "delta": {
-                                    "type": "input_json_delta", "partial_json": args[k:k + 9]}}))
+                                    "type": "input_json_delta",
+                                    "partial_json": args[k:k + step]}}))
                     ev.append(("content_block_stop", {"type": "content_block_stop",
                                                       "index": i}))
                 ev.append(("message_delta", {"type": "message_delta",
@@ -460,7 +531,7 @@ class ToolLLM:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def _chunks(self, ctype: str, chunks: list[str]) -> None:
+            def _chunks(self, ctype: str, chunks: Iterable[str]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Transfer-Encoding", "chunked")

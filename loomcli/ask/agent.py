@@ -6,6 +6,12 @@ message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` 
 calls, and every request fits the window (older results shortened, then folded into a
 one-line note; the newest kept whole while it fits). The last call offers no tools, so the
 model has to answer. A call repeated with the same arguments is answered "already done".
+
+Whatever a model sends stays bounded: one message's calls past `CALLS_PER_MESSAGE` are
+answered with the limit, arguments past `ARGUMENT_CHARS` are neither run nor sent again,
+arguments that are not a JSON object are a tool error for the model (never the end of the
+ask), and each model message is read through `bounded.Bounded` (twice the answer's reserve,
+`[llm] answer_timeout_s`). Fitting a request is linear in its messages.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loomcli import tools
+from loomcli.ask.bounded import Bounded, answer_limit
+from loomcli.ask.tokens import raw_estimate
+from loomcli.console import safe
 from loomcli.errors import LoomError, ProviderError
 from loomcli.providers import Message, ToolCall, ToolSpec
 
@@ -38,6 +47,11 @@ LAST_CALL = ("No more tools now: answer the question from what the tools returne
              "quoting and citing as instructed.")
 REPEATED = "already done, see above"
 NOT_RUN = "not run: the step limit is reached; answer from what you have"
+CALLS_PER_MESSAGE = 16  # tool calls of one model message that get a result; the rest go
+TOO_MANY_CALLS = ("not run: at most {n} tool calls of one message are run, and {left:,} more "
+                  "were left out; ask again for those you still need, a few at a time")
+ARGUMENT_CHARS = 4000  # a call's arguments (JSON) longer than this are not run, nor re-sent
+NAME_CHARS = 100  # a tool's name longer than this is not re-sent whole
 SHORT_RESULT_CHARS = 600  # an older result shortened to this before it is folded
 MIN_RESULT_CHARS = 300  # the newest result is never cut below this
 MESSAGE_OVERHEAD_TOKENS = 8  # role and framing of one message
@@ -58,15 +72,18 @@ class Step:
                 "result_chars": self.result_chars, "ms": self.ms}
 
     def line(self) -> str:
-        """`→ loom_grep FT-2026-0[0-9]{3} · 2 matches · 12 ms`, as stderr shows it."""
+        """`→ loom_grep FT-2026-0[0-9]{3} · 2 matches · 12 ms`, as stderr shows it: what
+        the model chose (the tool's name, its arguments) with control characters and
+        bidi overrides made visible, never run by the terminal."""
         args = " ".join(_shown(v) for v in self.arguments.values() if v not in (None, []))
-        return f"→ {self.tool} {args} · {self.summary} · {self.ms} ms".replace("  ", " ")
+        line = f"→ {_shown(self.tool)} {args} · {_shown(self.summary)} · {self.ms} ms"
+        return line.replace("  ", " ")
 
 
 def _shown(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
-    return text if len(text) <= 60 else text[:57] + "..."
+    return safe(text if len(text) <= 60 else text[:57] + "...")
 
 
 @dataclass
@@ -86,6 +103,7 @@ class Outcome:
     calls: int = 0  # model calls made
     prompt_tokens: list[int] = field(default_factory=list)  # each request's estimate
     stopped: bool = False  # the model kept calling tools past the last step
+    warnings: list[str] = field(default_factory=list)  # e.g. an answer cut short
 
 
 @dataclass
@@ -105,22 +123,30 @@ def specs() -> list[ToolSpec]:
 def request_tokens(messages: Iterable[Message], offered: list[ToolSpec] | None,
                    estimate: Estimate) -> int:
     """The estimate of one request: every message's text and tool calls, and the tools."""
-    n = 0
-    for m in messages:
-        n += MESSAGE_OVERHEAD_TOKENS + estimate(m.content or "")
-        for c in m.tool_calls or []:
-            n += estimate(c.name + json.dumps(c.arguments, ensure_ascii=False)) + 4
-    if offered:
-        n += estimate(json.dumps([{"name": s.name, "description": s.description,
-                                   "parameters": s.parameters} for s in offered]))
+    return sum(_tokens(m, estimate) for m in messages) + _tools_tokens(offered, estimate)
+
+
+def _tokens(m: Message, estimate: Estimate) -> int:
+    n = MESSAGE_OVERHEAD_TOKENS + estimate(m.content or "")
+    for c in m.tool_calls or []:
+        n += estimate(c.name + json.dumps(c.arguments, ensure_ascii=False)) + 4
     return n
+
+
+def _tools_tokens(offered: list[ToolSpec] | None, estimate: Estimate) -> int:
+    if not offered:
+        return 0
+    return estimate(json.dumps([{"name": s.name, "description": s.description,
+                                 "parameters": s.parameters} for s in offered]))
 
 
 def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
         estimate: Estimate, history: list[Message] | None = None, system: str = INSTRUCTIONS,
         on_step: Callable[[Step], None] | None = None,
-        on_text: Callable[[str], None] | None = None) -> Outcome:
-    """Loop until the model answers (see the module's docstring)."""
+        on_text: Callable[[str], None] | None = None,
+        on_progress: Callable[[str], None] | None = None) -> Outcome:
+    """Loop until the model answers (see the module's docstring). `on_progress` gets a
+    line now and then while the model writes a long message."""
     messages = [Message("system", system), *(history or []), Message("user", question)]
     offered = specs()
     out = Outcome("")
@@ -135,16 +161,25 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
         out.prompt_tokens.append(request_tokens(request, tools_now, estimate))
         text: list[str] = []
         calls: list[ToolCall] = []
-        for item in provider.chat(request, tools=tools_now, max_tokens=limits.answer_tokens,
-                                  context_tokens=limits.context_tokens):
+        dropped = 0
+        stream = Bounded(provider.chat(request, tools=tools_now,
+                                       max_tokens=limits.answer_tokens,
+                                       context_tokens=limits.context_tokens),
+                         limit=answer_limit(limits.answer_tokens), estimate=raw_estimate,
+                         progress=_progress(on_progress, out.calls + 1))
+        for item in stream:
             if isinstance(item, str):
                 text.append(item)
                 if last and on_text:  # the answer: stream it as it comes
                     on_text(item)
-            else:
+            elif len(calls) <= CALLS_PER_MESSAGE:  # one past the limit is answered with it
                 calls.append(item)
+            else:  # the rest are not kept
+                dropped += 1
         out.calls += 1
         said = "".join(text)
+        if stream.cut:
+            out.warnings.append(stream.cut)
         if not calls:
             if not last and on_text and said:
                 on_text(said)
@@ -159,8 +194,14 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
                     "ask a narrower question, raise [ask] max_steps, or ask without --agent")
             out.answer = said
             return out
+        calls = [_kept(c) for c in calls]
         messages.append(Message("assistant", said, tool_calls=calls))
-        for call in calls:
+        for n, call in enumerate(calls):
+            if n == CALLS_PER_MESSAGE:
+                note = TOO_MANY_CALLS.format(n=CALLS_PER_MESSAGE, left=1 + dropped)
+                messages.append(Message("tool", tools.dumps({"error": note}),
+                                        tool_call_id=call.id, name=call.name))
+                continue
             if len(out.steps) >= limits.max_steps:  # many calls in one answer: the rest wait
                 messages.append(Message("tool", tools.dumps({"note": NOT_RUN}),
                                         tool_call_id=call.id, name=call.name))
@@ -172,10 +213,34 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
                 on_step(step)
 
 
+def _progress(on_progress: Callable[[str], None] | None, call: int
+              ) -> Callable[[int, float], None] | None:
+    if on_progress is None:
+        return None
+    return lambda tokens, seconds: on_progress(
+        f"… the model is writing (call {call}: ~{tokens:,} tokens, {seconds:.0f} s)")
+
+
+def _kept(call: ToolCall) -> ToolCall:
+    """The call as the history keeps it, and re-sends with every later request: a name
+    or arguments far longer than any real call's are replaced by what they were (and
+    such a call is not run: its result says why)."""
+    name = call.name if len(call.name) <= NAME_CHARS else call.name[:NAME_CHARS] + "..."
+    if call.error:
+        return call if name == call.name else ToolCall(call.id, name, {}, call.error)
+    size = len(json.dumps(call.arguments, ensure_ascii=False))
+    if size <= ARGUMENT_CHARS:
+        return call if name == call.name else ToolCall(call.id, name, call.arguments)
+    return ToolCall(call.id, name, {"cut": f"{size:,} characters of arguments, left out"},
+                    f"arguments of {size:,} characters, more than the {ARGUMENT_CHARS:,} "
+                    "a call may have; send shorter ones")
+
+
 def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
               returned: list[Returned]) -> tuple[Step, str]:
-    args = call.arguments if isinstance(call.arguments, dict) else {}
-    key = call.name + "\0" + json.dumps(args, sort_keys=True, ensure_ascii=False)
+    args = call.arguments
+    key = call.name + "\0" + call.error + "\0" + json.dumps(args, sort_keys=True,
+                                                         ensure_ascii=False)
     if key in done:
         content = tools.dumps({"note": REPEATED})
         return Step(call.name, args, len(content), 0, "already done"), content
@@ -185,8 +250,10 @@ def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
         result: dict[str, Any] = {"error": f"no tool named {call.name!r}; the tools are "
                                            + ", ".join(tools.READING)}
         summary = "unknown tool"
-    elif not isinstance(call.arguments, dict):
-        result, summary = {"error": "arguments must be a JSON object"}, "bad arguments"
+    elif call.error:  # not JSON, not an object, far too long: the model can do better
+        result = {"error": f"{call.name}: {call.error}; the arguments must be one JSON "
+                           "object of the tool's parameters"}
+        summary = "bad arguments"
     else:
         try:
             result = tools.fit(tool.name, tool.call(corpus, args), cap)
@@ -231,46 +298,59 @@ def fit_messages(messages: list[Message], offered: list[ToolSpec] | None, budget
     """A copy of `messages` whose request fits `budget` tokens: older tool results are
     shortened first, then folded into a short note, oldest first; the newest results
     (those of the last assistant message) are cut last, and only as far as needed; past
-    that, whole older rounds (a call with its results) are left out, oldest first."""
+    that, whole older rounds (a call with its results) are left out, oldest first.
+    Linear in the messages: each one's tokens are estimated once, and again only when
+    its content changes (a running total, not the whole request per step)."""
     out = list(messages)
-
-    def over() -> int:
-        return request_tokens(out, offered, estimate) - budget
-
-    if over() <= 0:
+    costs = [_tokens(m, estimate) for m in out]
+    total = sum(costs) + _tools_tokens(offered, estimate)
+    if total <= budget:
         return out
+
+    def put(i: int, content: str) -> None:
+        nonlocal total
+        out[i] = _with_content(out[i], content)
+        cost = _tokens(out[i], estimate)
+        total += cost - costs[i]
+        costs[i] = cost
+
     results = [i for i, m in enumerate(out) if m.role == "tool"]
     last_call = max((i for i, m in enumerate(out) if m.tool_calls), default=-1)
     older = [i for i in results if i < last_call]
     newest = [i for i in results if i > last_call]
     for i in older:  # 1. shorten, oldest first
-        if over() <= 0:
+        if total <= budget:
             return out
-        out[i] = _with_content(out[i], _shortened(out[i], SHORT_RESULT_CHARS))
+        put(i, _shortened(out[i], SHORT_RESULT_CHARS))
     for i in older:  # 2. fold, oldest first
-        if over() <= 0:
+        if total <= budget:
             return out
-        out[i] = _with_content(out[i], _folded(out[i]))
+        put(i, _folded(out[i]))
     for i in newest:  # 3. the newest, cut just enough (largest first)
-        if over() <= 0:
+        if total <= budget:
             return out
         chars = len(out[i].content)
-        while over() > 0 and chars > MIN_RESULT_CHARS:
-            chars = max(MIN_RESULT_CHARS, chars - max(over() * 4, chars // 5))
-            out[i] = _with_content(out[i], _shortened(messages[i], chars))
+        while total > budget and chars > MIN_RESULT_CHARS:
+            chars = max(MIN_RESULT_CHARS, chars - max((total - budget) * 4, chars // 5))
+            put(i, _shortened(messages[i], chars))
     for i in newest:
-        if over() > 0:
-            out[i] = _with_content(out[i], _folded(out[i]))
-    while over() > 0:  # 4. whole older rounds (a call and its results) leave, oldest first
-        first = next((i for i, m in enumerate(out) if m.tool_calls and i < len(out) - 1
-                      and any(n.tool_calls for n in out[i + 1:])), None)
-        if first is None:
+        if total > budget:
+            put(i, _folded(out[i]))
+    if total <= budget:
+        return out
+    # 4. whole older rounds (a call and its results) leave, oldest first; never the last.
+    gone: set[int] = set()
+    rounds = [i for i, m in enumerate(out) if m.tool_calls and i < last_call]
+    for first in rounds:
+        if total <= budget:
             break
         end = first + 1
         while end < len(out) and out[end].role == "tool":
             end += 1
-        del out[first:end]
-    return out
+        for j in range(first, end):
+            gone.add(j)
+            total -= costs[j]
+    return [m for i, m in enumerate(out) if i not in gone]
 
 
 def _shortened(m: Message, chars: int) -> str:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loomcli.ask import quotes as quotes_mod
+from loomcli.ask.bounded import Bounded, answer_limit
+from loomcli.ask.tokens import raw_estimate
 from loomcli.errors import ContextExceeded
 
 if TYPE_CHECKING:
@@ -40,11 +42,13 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
     retried = False
     while True:
         budget = prompt.budget
+        stream = Bounded(provider.chat(plain_messages(prompt.system, prompt.user),
+                                       max_tokens=budget.answer_tokens if budget else None,
+                                       context_tokens=budget.context_tokens if budget else None),
+                         limit=answer_limit(budget.answer_tokens if budget else None),
+                         estimate=raw_estimate)
         try:
-            for piece in provider.chat(
-                    plain_messages(prompt.system, prompt.user),
-                    max_tokens=budget.answer_tokens if budget else None,
-                    context_tokens=budget.context_tokens if budget else None):
+            for piece in stream:
                 if not isinstance(piece, str):
                     continue  # no tools were offered; a stray call is not an answer
                 if first is None:
@@ -67,6 +71,8 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
             smaller.timings = prompt.timings
             prompt, retried = smaller, True
     done = clock()
+    if stream.cut:
+        prompt.warnings = [*prompt.warnings, stream.cut]
     text = "".join(pieces)
     timings = {**prompt.timings, "first_token_ms": _ms((first or done) - started),
                "model_ms": _ms(done - started)}

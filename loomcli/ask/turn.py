@@ -82,7 +82,8 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
         on_step: Callable[[agent.Step], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
-        on_sending: Callable[[ask.Prompt | None, str], None] | None = None) -> ask.Answer:
+        on_sending: Callable[[ask.Prompt | None, str], None] | None = None,
+        on_progress: Callable[[str], None] | None = None) -> ask.Answer:
     """Answer `question` as the next turn of `conv` (None: a new conversation) and keep the
     turn in `store` (None: keep nothing). `get_provider` is called only when a model is
     needed (a plain ask that matches nothing needs none). `on_sending(prompt, model)`: just
@@ -101,7 +102,9 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
             if on_sending is not None:
                 on_sending(None, provider.model)
             result = _agent(corpus, provider, question, recalled, settings, plan, on_text,
-                            on_step, clock)
+                            on_step, clock, on_progress)
+            for warning in result.warnings if on_warning else ():
+                on_warning(warning)  # type: ignore[misc]
         except ToolsUnsupported as exc:
             if on_warning:
                 on_warning(f"{provider.model} takes no tools ({exc.message}); asking "
@@ -163,7 +166,8 @@ def _about_the_conversation(provider: Provider, question: str, recalled: history
 def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.Recall,
            settings: Settings, plan: Plan, on_text: Callable[[str], None] | None,
            on_step: Callable[[agent.Step], None] | None,
-           clock: Callable[[], float]) -> ask.Answer:
+           clock: Callable[[], float],
+           on_progress: Callable[[str], None] | None = None) -> ask.Answer:
     from loomcli.ask import quotes
 
     started = clock()
@@ -172,7 +176,7 @@ def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.
                           plan.budget.context_tokens)
     out = agent.run(corpus, provider, question, limits=limits, estimate=plan.estimate,
                     history=recalled.messages(), system=agent.INSTRUCTIONS + recalled.note(),
-                    on_step=on_step, on_text=on_text)
+                    on_step=on_step, on_text=on_text, on_progress=on_progress)
     used = corpus.used_files(out.returned)
     sources = [quotes.Source(u.path, [quotes.Piece(o, t) for o, t in u.pieces], u.page_starts)
                for u in used]
@@ -180,7 +184,8 @@ def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.
                "prompt_tokens": max(out.prompt_tokens, default=0),
                "answer_tokens": plan.budget.answer_tokens, "source": plan.budget.source,
                "files_sent": len(used), "files_left_out": 0}
-    result = ask.Answer(out.answer, ask.citations(out.answer, used), used, [], context,
+    result = ask.Answer(out.answer, ask.citations(out.answer, used), used, out.warnings,
+                        context,
                         quotes.check(out.answer, sources),
                         {"model_ms": round((clock() - started) * 1000, 1)})
     result.steps = out.steps

@@ -32,6 +32,7 @@ from loomcli.errors import ConfigError, ContextExceeded, ProviderError, ToolsUns
 
 MAX_LINE_BYTES = 1 << 20  # one streamed line (one JSON event) at most 1 MiB
 MAX_ANSWER_BYTES = 8 << 20  # a whole streamed answer at most 8 MiB
+MAX_ANSWER_S = 600.0  # a whole streamed answer within 10 minutes, however it trickles
 PROBE_TIMEOUT_S = 5.0  # asking a server for its window must not stall an ask
 DEFAULT_WINDOW = 8192  # no server, config or table says: a conservative window
 
@@ -41,6 +42,7 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+    error: str = ""  # arguments that were not a JSON object: what they were (sent as {})
 
 
 @dataclass
@@ -123,6 +125,11 @@ _TOOLS_WORDS = re.compile(
     r"|tools param requires|tool choice requires", re.I)
 
 
+class StreamCut(ProviderError):
+    """A streamed answer went past its size or time: what came before it is an answer cut
+    short, not nothing (ask keeps it and says so)."""
+
+
 @dataclass
 class HttpSettings:
     name: str
@@ -135,6 +142,7 @@ class HttpSettings:
     context_tokens: int | None = None  # `[llm] context_tokens`: the window, when set
     max_line_bytes: int = MAX_LINE_BYTES
     max_answer_bytes: int = MAX_ANSWER_BYTES
+    max_answer_s: float = MAX_ANSWER_S
 
     def request(self, url: str, body: dict[str, Any] | None, headers: dict[str, str],
                 timeout_s: float | None = None) -> Any:
@@ -165,31 +173,62 @@ class HttpSettings:
 
     def post_lines(self, url: str, body: dict[str, Any], headers: dict[str, str]
                    ) -> Iterator[bytes]:
-        """POST JSON and yield the response line by line, each line and the whole bounded."""
+        """POST JSON and yield the response line by line, each line and the whole bounded:
+        in size, and in time (a watchdog shuts the socket `max_answer_s` after the request,
+        whatever read is waiting: a per-read time-out never fires on a drip). Past a bound
+        the error is `StreamCut`, which the ask keeps what came before."""
+        import contextlib
+        import http.client
+        import threading
+
         resp = self.request(url, body, headers)
+        expired = threading.Event()
+        sock = getattr(getattr(resp.fp, "raw", None), "_sock", None)
+
+        def cut_off() -> None:
+            expired.set()
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(2)  # SHUT_RDWR: wakes the blocked read
+
+        watchdog = threading.Timer(self.max_answer_s, cut_off)
+        watchdog.daemon = True
+        watchdog.start()
         total = 0
-        with resp:
-            while True:
-                try:
-                    line = resp.readline(self.max_line_bytes + 1)
-                except TimeoutError:
-                    raise self._timeout(self.timeout_s) from None
-                except OSError as exc:
-                    raise ProviderError(f"{self.endpoint} closed the connection mid-answer "
-                                        f"({exc})", "try again") from None
-                if not line:
-                    return
-                if len(line) > self.max_line_bytes:
-                    raise ProviderError(
-                        f"{self.endpoint} sent a line of more than {self.max_line_bytes:,} "
-                        "bytes in its answer", "check the server; it is not answering as "
-                        f"the {self.name} API does")
-                total += len(line)
-                if total > self.max_answer_bytes:
-                    raise ProviderError(
-                        f"{self.endpoint} sent more than {self.max_answer_bytes:,} bytes "
-                        "for one answer", "check the server's log; the model may be looping")
-                yield line
+        try:
+            with resp:
+                while True:
+                    try:
+                        line = resp.readline(self.max_line_bytes + 1)
+                    except TimeoutError:
+                        raise self._timeout(self.timeout_s) from None
+                    except (OSError, ValueError, http.client.HTTPException) as exc:
+                        if expired.is_set():
+                            raise self._too_slow() from None
+                        raise ProviderError(f"{self.endpoint} closed the connection "
+                                            f"mid-answer ({exc})", "try again") from None
+                    if expired.is_set():
+                        raise self._too_slow()
+                    if not line:
+                        return
+                    if len(line) > self.max_line_bytes:
+                        raise ProviderError(
+                            f"{self.endpoint} sent a line of more than "
+                            f"{self.max_line_bytes:,} bytes in its answer", "check the "
+                            f"server; it is not answering as the {self.name} API does")
+                    total += len(line)
+                    if total > self.max_answer_bytes:
+                        raise StreamCut(
+                            f"{self.endpoint} sent more than {self.max_answer_bytes:,} bytes "
+                            "for one answer", "check the server's log; the model may be "
+                            "looping")
+                    yield line
+        finally:
+            watchdog.cancel()
+
+    def _too_slow(self) -> StreamCut:
+        return StreamCut(f"{self.endpoint} was still answering after {self.max_answer_s:g}s",
+                         "check the server's log; the model may be looping, or too slow")
 
     def get_json(self, url: str, headers: dict[str, str] | None = None,
                  body: dict[str, Any] | None = None) -> Any:
@@ -346,6 +385,24 @@ def text(http: HttpSettings, value: Any, what: str) -> str:
     return value
 
 
+def tool_call(call_id: str, name: str, raw: Any) -> ToolCall:
+    """A tool call whose arguments are `raw` (JSON text, or a value already decoded):
+    arguments that are not JSON, or not an object, are kept as `error` for the agent to
+    answer the model with, not a failure of the whole answer."""
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw.strip() or "{}")
+        except ValueError:
+            return ToolCall(call_id, name, {}, f"arguments that are not JSON: {raw[:80]!r}")
+    if value is None:
+        return ToolCall(call_id, name, {})
+    if not isinstance(value, dict):
+        return ToolCall(call_id, name, {}, f"arguments that are a JSON {type(value).__name__}, "
+                                           "not an object")
+    return ToolCall(call_id, name, value)
+
+
 def plain_messages(system: str, user: str) -> list[Message]:
     return [Message("system", system), Message("user", user)]
 
@@ -367,7 +424,8 @@ def from_config(cfg: Config) -> Provider:
     key_env = cfg.get("llm.api_key_env") or reg.key_env
     settings = HttpSettings(name, endpoint, model, os.environ.get(key_env) if key_env else None,
                             key_env, float(cfg.get("llm.timeout_s")),
-                            context_tokens=_config_int(cfg, "llm.context_tokens"))
+                            context_tokens=_config_int(cfg, "llm.context_tokens"),
+                            max_answer_s=float(cfg.get("llm.answer_timeout_s")))
     if name == "anthropic" and not settings.api_key:
         raise ConfigError(f"no API key for Anthropic: ${key_env} is not set",
                           f"export {key_env}=… (the key is never written to disk)")

@@ -9,7 +9,6 @@ user message.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from loomcli.providers import (
     plain_messages,
     sse_data,
     text,
+    tool_call,
 )
 
 API_VERSION = "2023-06-01"
@@ -78,26 +78,19 @@ class Anthropic:
                     if piece:
                         yield piece
             elif kind == "content_block_stop" and index in blocks:
-                yield _tool_call(http, blocks.pop(index))
+                yield _tool_call(blocks.pop(index))
             elif kind == "message_stop":
                 break
         for index in sorted(blocks):  # a stream that ended without closing its blocks
-            yield _tool_call(http, blocks[index])
+            yield _tool_call(blocks[index])
 
     def stream(self, system: str, user: str) -> Iterator[str]:
         return only_text(self.chat(plain_messages(system, user)))
 
 
-def _tool_call(http: HttpSettings, block: dict[str, Any]) -> ToolCall:
+def _tool_call(block: dict[str, Any]) -> ToolCall:
     raw = "".join(block["json"]).strip()
-    if raw:
-        try:
-            args = json.loads(raw)
-        except ValueError:
-            raise http.shape(f"input for tool {block['name']!r} that is not JSON") from None
-    else:
-        args = block["input"] or {}
-    return ToolCall(block["id"], block["name"], obj(http, args, "tool input"))
+    return tool_call(block["id"], block["name"], raw if raw else block["input"])
 
 
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ results as `role: "tool"` messages.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from loomcli.providers import (
     only_text,
     plain_messages,
     text,
+    tool_call,
 )
 
 
@@ -78,16 +78,10 @@ class Ollama:
             for call in arr(http, message.get("tool_calls"), "`message.tool_calls`"):
                 fn = obj(http, obj(http, call, "a tool call").get("function"),
                          "a tool call's `function`")
-                args = fn.get("arguments")
-                if isinstance(args, str):  # some builds send JSON text, as OpenAI does
-                    try:
-                        args = json.loads(args or "{}")
-                    except ValueError:
-                        raise http.shape("tool arguments that are not JSON") from None
-                calls += 1
-                yield ToolCall(str(call.get("id") or f"call_{calls}"),
-                               text(http, fn.get("name"), "a tool's name"),
-                               obj(http, args, "tool arguments"))
+                calls += 1  # arguments: an object, or JSON text as some builds send
+                yield tool_call(str(call.get("id") or f"call_{calls}"),
+                                text(http, fn.get("name"), "a tool's name"),
+                                fn.get("arguments"))
             if data.get("done"):
                 return
 

@@ -29,6 +29,7 @@ from loomcli.providers import (
     plain_messages,
     sse_data,
     text,
+    tool_call,
 )
 
 # Hosted models' windows, by the longest matching name prefix (their published limits).
@@ -123,19 +124,12 @@ class OpenAICompatible:
                     slot["id"] = slot["id"] or text(http, call.get("id"), "a tool call's id")
                     slot["name"] += text(http, fn.get("name"), "a tool's name")
                     args = fn.get("arguments")
-                    if isinstance(args, dict):
-                        args = json.dumps(args)
-                    slot["args"].append(text(http, args, "tool arguments"))
+                    if args is not None and not isinstance(args, str):
+                        args = json.dumps(args)  # an object (or worse): the agent judges
+                    slot["args"].append(args or "")
         for index in sorted(pending):
             slot = pending[index]
-            raw = "".join(slot["args"]).strip() or "{}"
-            try:
-                args = json.loads(raw)
-            except ValueError:
-                raise http.shape(f"arguments for tool {slot['name']!r} that are not JSON"
-                                 ) from None
-            yield ToolCall(slot["id"] or f"call_{index}", slot["name"],
-                           obj(http, args, "tool arguments"))
+            yield tool_call(slot["id"] or f"call_{index}", slot["name"], "".join(slot["args"]))
 
     def stream(self, system: str, user: str) -> Iterator[str]:
         return only_text(self.chat(plain_messages(system, user)))
