@@ -95,26 +95,28 @@ def put_note(conn: sqlite3.Connection, file_id: int, relpath: str,
     if meta is not None and meta.body_start and body is not None:
         chars = meta.body_start
         at = len(body[:chars].encode("utf-8"))
-    conn.execute("INSERT OR REPLACE INTO notes (file_id, name, body_at, body_chars, fields) "
+    # Plain one-row inserts (the caller dropped the file's old rows): a statement that
+    # may write or replace several rows opens a savepoint, which flushes FTS5 (store.py).
+    conn.execute("INSERT INTO notes (file_id, name, body_at, body_chars, fields) "
                  "VALUES (?, ?, ?, ?, ?)", (file_id, markdown.name_key(relpath), at, chars,
                                             meta.fields() if meta else ""))
     if meta is None:
         return
-    conn.executemany("INSERT OR IGNORE INTO tags (file_id, tag) VALUES (?, ?)",
-                     [(file_id, t) for t in meta.tags])
-    conn.executemany(
-        "INSERT INTO links (file_id, n, target, name, heading, alias, line) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(file_id, n, link.target, markdown.name_key(markdown.link_key(link.target)),
-          link.heading, link.alias, link.line) for n, link in enumerate(meta.links)])
+    for tag in dict.fromkeys(meta.tags):
+        conn.execute("INSERT INTO tags (file_id, tag) VALUES (?, ?)", (file_id, tag))
+    for n, link in enumerate(meta.links):
+        conn.execute("INSERT INTO links (file_id, n, target, name, heading, alias, line) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     (file_id, n, link.target, markdown.name_key(markdown.link_key(link.target)),
+                      link.heading, link.alias, link.line))
 
 
 def _fill_notes(conn: sqlite3.Connection) -> None:
     """What the notes indexed before say about themselves, read from their stored text
     (the file as it was read): no rescan needed. A note with front matter or fields
     leaves the BM25 index with its old values and comes back through the new view."""
-    rows = conn.execute("SELECT id, relpath, kind FROM files "
-                        "WHERE indexed_at IS NOT NULL").fetchall()
+    rows = conn.execute("SELECT f.id, f.relpath, f.kind FROM files f "
+                        "JOIN docs d ON d.id = f.id").fetchall()
     for file_id, relpath, kind in rows:
         if kind != "note" or not markdown.is_markdown(relpath):
             put_note(conn, file_id, relpath, None)
