@@ -318,3 +318,25 @@ def test_an_index_made_before_gains_tags_links_and_fields_when_opened(vault, loo
     rescan = json.loads(loom("scan", str(vault), "--json").stdout)
     assert (rescan["added"], rescan["updated"], rescan["failed"]) == (0, 0, 0)
     assert paths("dashboard") == ["Home.md"]
+
+
+def test_passages_embedded_start_after_front_matter(tmp_path, loom_home):
+    from array import array
+
+    from .embed_server import FakeEmbeddings
+
+    folder = tmp_path / "vault"
+    shutil.copytree(FIXTURES / "vault", folder)
+    with FakeEmbeddings() as server:
+        write(loom_home / "config.toml", '[embeddings]\nenabled = true\nprovider = "ollama"\n'
+                                         f'endpoint = "{server.url}"\n')
+        assert loom("scan", str(folder)).returncode == 0
+        sent = [t for r in server.requests for t in r["body"]["input"]]
+    assert not any("cssclass" in t or "tags = [" in t for t in sent)
+    home = (folder / "Home.md").read_bytes()
+    with sqlite3.connect(loom_home / "index.db") as conn:
+        (spans,) = conn.execute("SELECT v.spans FROM vectors v JOIN files f ON f.id = "
+                                "v.file_id WHERE f.relpath = 'Home.md'").fetchone()
+    starts = array("i")
+    starts.frombytes(spans)
+    assert starts[0] == home.index(b"# Home") and starts[-1] == len(home)
