@@ -102,13 +102,15 @@ def put_note(conn: sqlite3.Connection, file_id: int, relpath: str,
                                             meta.fields() if meta else ""))
     if meta is None:
         return
-    for tag in dict.fromkeys(meta.tags):
-        conn.execute("INSERT INTO tags (file_id, tag) VALUES (?, ?)", (file_id, tag))
-    for n, link in enumerate(meta.links):
-        conn.execute("INSERT INTO links (file_id, n, target, name, heading, alias, line) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (file_id, n, link.target, markdown.name_key(markdown.link_key(link.target)),
-                      link.heading, link.alias, link.line))
+    if meta.tags:
+        conn.executemany("INSERT INTO tags (file_id, tag) VALUES (?, ?)",
+                         [(file_id, tag) for tag in dict.fromkeys(meta.tags)])
+    if meta.links:
+        conn.executemany(
+            "INSERT INTO links (file_id, n, target, name, heading, alias, line) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(file_id, n, link.target, markdown.name_key(link.target), link.heading,
+              link.alias, link.line) for n, link in enumerate(meta.links)])
 
 
 def _fill_notes(conn: sqlite3.Connection) -> None:

@@ -35,6 +35,7 @@ SNIPPET_STEM = 6
 NEAR_SNIPPET_BYTES = 2000  # a passage found by meaning: its snippet is from the passage
 PREFIX_MIN_CHARS = 3  # a shorter prefix would expand to too many of the index's words
 QUERY_TERMS_MAX = 64  # words of a query that count; the rest are dropped
+AMONG_BY_ROWID = 20  # a search among at most this many files asks FTS5 for each (_among)
 _WORDS = re.compile(r"\w+")
 
 
@@ -873,7 +874,12 @@ class Store:
     def _among(column: str, among: Sequence[int] | None) -> tuple[str, tuple[str, ...]]:
         if among is None:
             return "", ()
-        return (f" AND {column} IN (SELECT value FROM json_each(?))",
+        # FTS5 runs the query once per rowid of a plain `rowid IN (...)`: fast for a few
+        # files, not for many; `+rowid` (no index) runs it once and filters. Measured on
+        # a vault of 2,000 notes, "garden" among the 875 tagged so: 473 ms -> 3 ms; among
+        # 10: 9 ms -> 15 ms.
+        shown = column if len(among) <= AMONG_BY_ROWID else f"+{column}"
+        return (f" AND {shown} IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(among)),))
 
     def rank_passages(self, query: str, limit: int, operator: str = "OR",

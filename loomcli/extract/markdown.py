@@ -38,8 +38,10 @@ _YAML_ITEM = Lazy(r"[ \t]*-[ \t]+(.*)$")
 _CODE = Lazy(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)|`[^`\n]+`", re.M | re.S)
 # Obsidian's tag: `#` after a space or a line start, then letters, digits, `_`, `-`, `/`
 # (nested tags), not only digits (`#1` is not a tag).
-_TAG = Lazy(r"(?:(?<=\s)|^)#([\w/-]*[^\W\d][\w/-]*)", re.M)
-_LINK = Lazy(r"!?\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]")
+_TAG = Lazy(r"#([\w/-]*[^\W\d][\w/-]*)")  # (and after a space or at a line start)
+# `![[embed]]` is a link too: its `!` is left out of the pattern (a literal first is
+# found by a fast search).
+_LINK = Lazy(r"\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]")
 _FIELD_KEYS = {"title": "title", "aliases": "aliases", "alias": "aliases", "tags": "tags",
                "tag": "tags"}
 
@@ -86,22 +88,30 @@ def parse(text: str) -> NoteMeta:
     meta.aliases = _unique(_many(values.get("aliases"), split=","))
     tags = [t.lstrip("#") for t in _many(values.get("tags"), split=r"[,\s]+")]
     body = text[body_start:body_start + BODY_SCAN_CHARS]
-    blanked = _CODE.sub(lambda m: _blank(m.group()), body)
+    # Each pattern runs only where its mark is (a note without `[[` costs no link search).
+    blanked = _CODE.sub(_blank, body) if "`" in body or "~~~" in body else body
     links: list[Link] = []
     line, pos = text.count("\n", 0, body_start) + 1, 0
-    for m in _LINK.finditer(blanked):
-        target = m.group(1).strip()
-        if not target:
-            continue  # [[#heading]]: a place in the same note
-        line += blanked.count("\n", pos, m.start())
-        pos = m.start()
-        links.append(Link(target[:FIELD_CHARS], _clean(m.group(2)), _clean(m.group(3)), line))
-        if len(links) == LINKS_MAX:
-            break
-    for m in _TAG.finditer(_LINK.sub(lambda m: _blank(m.group()), blanked)):
-        tags.append(m.group(1))
-        if len(tags) >= TAGS_MAX:
-            break
+    if "[[" in blanked:
+        for m in _LINK.finditer(blanked):
+            target = m.group(1).strip()
+            if not target:
+                continue  # [[#heading]]: a place in the same note
+            line += blanked.count("\n", pos, m.start())
+            pos = m.start()
+            links.append(Link(target[:FIELD_CHARS], _clean(m.group(2)), _clean(m.group(3)),
+                              line))
+            if len(links) == LINKS_MAX:
+                break
+        blanked = _LINK.sub(_blank, blanked)
+    if "#" in blanked:
+        for m in _TAG.finditer(blanked):
+            at = m.start()
+            if at and not blanked[at - 1].isspace():
+                continue  # `a#b`, a URL's `/#anchor`: not a tag
+            tags.append(m.group(1))
+            if len(tags) >= TAGS_MAX:
+                break
     meta.tags = _unique([t.strip("/").lower() for t in tags if t.strip("/")])[:TAGS_MAX]
     meta.links = links
     return meta
@@ -166,6 +176,8 @@ def _scalar(value: str) -> str:
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
+    if "#" not in value:
+        return value
     return re.sub(r"[ \t]+#.*$", "", value)  # a trailing YAML comment
 
 
@@ -228,9 +240,10 @@ def _clean(value: str | None) -> str | None:
     return value[:FIELD_CHARS] or None
 
 
-def _blank(text: str) -> str:
-    """Text of the same length, lines kept, nothing else (so offsets do not move)."""
-    return re.sub(r"[^\n]", " ", text)
+def _blank(m: re.Match[str]) -> str:
+    """A match's text as spaces, its line ends kept (so offsets and lines stay)."""
+    text = m.group()
+    return re.sub(r"[^\n]", " ", text) if "\n" in text else " " * len(text)
 
 
 def link_key(target: str) -> str:
@@ -243,8 +256,9 @@ def link_key(target: str) -> str:
 
 
 def name_key(relpath: str) -> str:
-    """The name a file is linked by: its file name, without `.md` for a note."""
-    return link_key(relpath.rpartition("/")[2])
+    """The name a file (or a link target) is linked by: its last name, lower case,
+    without `.md` for a note."""
+    return link_key(relpath).rpartition("/")[2]
 
 
 def split_tags(query: str) -> tuple[str, list[str]]:

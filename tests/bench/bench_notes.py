@@ -37,8 +37,9 @@ main()
 """
 QUERIES = {"til": ["git rebase interactive", "postgres index"],
            "vault": ["compost tomatoes", "#garden"]}
-WORDS = ("garden compost tomatoes rebase kernel battery invoice weaving loom thread "
-         "sourdough bread recipe python index query backup router firmware").split()
+WORDS = ["garden", "compost", "tomatoes", "rebase", "kernel", "battery", "invoice",
+         "weaving", "loom", "thread", "sourdough", "bread", "recipe", "python", "index",
+         "query", "backup", "router", "firmware"]
 
 
 def make_vault(dest: Path, n: int) -> None:
@@ -88,7 +89,7 @@ def main() -> None:
                     size[name] = (home / "index.db").stat().st_size
             for query in QUERIES[corpus]:
                 cold: dict[str, list[float]] = {k: [] for k in looms}
-                for r in range(a.rounds):
+                for _ in range(a.rounds):
                     for name, src in looms.items():
                         home = work / f"home-{name}-{corpus}-0"
                         loom(src, home, "search", query)  # warm the file cache
