@@ -306,6 +306,7 @@ _BODY_OF = "(SELECT body FROM docs WHERE id = ?1)"
 # title, its body without front matter: migrations.NOTES_SCHEMA).
 _TITLE_OF = "(SELECT title FROM fts_source WHERE id = ?1)"
 _FTS_BODY_OF = "(SELECT body FROM fts_source WHERE id = ?1)"
+_BODY_AFTER = "(SELECT substr(body, ?3) FROM docs WHERE id = ?1)"
 _GRAMS_OF = "(SELECT grams FROM cjk WHERE id = ?1)"
 
 # grep's trigram index holds a long text as blocks of about this many characters, cut
@@ -558,10 +559,10 @@ class Store:
             (root_id, relpath, kind, size, mtime_ns, digest, doc.title, body_len, time.time(),
              ocr))
         file_id = int(cur.lastrowid or 0)
-        self._insert_doc(file_id, doc)
+        self._insert_doc(file_id, doc, relpath)
         return file_id
 
-    def _insert_doc(self, file_id: int, doc: Extracted) -> None:
+    def _insert_doc(self, file_id: int, doc: Extracted, relpath: str | None = None) -> None:
         """Store the text and index it for search; grep's trigram index gets it later
         (`grams_todo`, filled by index_grams). Takes the text out of `doc` once it is
         stored, and the BM25 index reads it back from the table: a huge note's text is
@@ -576,12 +577,19 @@ class Store:
         if found:
             self._insert_once(_INSERT_CJK, (file_id, "\n".join(found)))
         del found
-        (relpath,) = self.conn.execute("SELECT relpath FROM files WHERE id = ?",
-                                       (file_id,)).fetchone()
+        if relpath is None:
+            (relpath,) = self.conn.execute("SELECT relpath FROM files WHERE id = ?",
+                                           (file_id,)).fetchone()
         put_note(self.conn, file_id, relpath, doc.note, doc.text)
         doc.text = ""
-        self.conn.execute(f"INSERT INTO fts (rowid, title, body, grams) VALUES "
-                          f"(?1, {_TITLE_OF}, {_FTS_BODY_OF}, {_GRAMS_OF})", (file_id,))
+        # The values the view gives (migrations.NOTES_SCHEMA), from what is at hand: a
+        # note's fields after its title, its body after its front matter.
+        fields = doc.note.fields() if doc.note is not None else ""
+        title = f"{doc.title}\n{fields}" if fields else doc.title
+        skip = doc.note.body_start if doc.note is not None else 0
+        self.conn.execute(f"INSERT INTO fts (rowid, title, body, grams) VALUES (?1, ?2, "
+                          f"{_BODY_AFTER if skip else _BODY_OF}, {_GRAMS_OF})",
+                          (file_id, title, skip + 1) if skip else (file_id, title))
 
     # -- grep's trigram index, filled after the text (grep_index.py) ----------------------
 

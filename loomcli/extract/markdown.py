@@ -39,6 +39,7 @@ _CODE = Lazy(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)|`[^`\n]+`", re.M | re.
 # Obsidian's tag: `#` after a space or a line start, then letters, digits, `_`, `-`, `/`
 # (nested tags), not only digits (`#1` is not a tag).
 _TAG = Lazy(r"#([\w/-]*[^\W\d][\w/-]*)")  # (and after a space or at a line start)
+_TAG_START = Lazy(r"#[\w/-]")  # anything that may be a tag (`# Heading` is not)
 # `![[embed]]` is a link too: its `!` is left out of the pattern (a literal first is
 # found by a fast search).
 _LINK = Lazy(r"\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]")
@@ -89,7 +90,9 @@ def parse(text: str) -> NoteMeta:
     tags = [t.lstrip("#") for t in _many(values.get("tags"), split=r"[,\s]+")]
     body = text[body_start:body_start + BODY_SCAN_CHARS]
     # Each pattern runs only where its mark is (a note without `[[` costs no link search).
-    blanked = _CODE.sub(_blank, body) if "`" in body or "~~~" in body else body
+    marks = "[[" in body or _TAG_START.search(body) is not None
+    blanked = (_CODE.sub(_blank, body) if marks and ("`" in body or "~~~" in body)
+               else body)
     links: list[Link] = []
     line, pos = text.count("\n", 0, body_start) + 1, 0
     if "[[" in blanked:
