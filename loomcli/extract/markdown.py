@@ -34,8 +34,11 @@ _LOGSEQ_LINE = Lazy(r"([A-Za-z][\w-]*):: ?(.*)")
 _YAML_KEY = Lazy(r"([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(.*))?$")
 _YAML_ITEM = Lazy(r"[ \t]*-[ \t]+(.*)$")
 # Code is not where tags live: fenced blocks and inline spans are blanked before the tag
-# pattern runs (offsets kept, so lines stay right).
-_CODE = Lazy(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)|`[^`\n]+`", re.M | re.S)
+# pattern runs (offsets kept, so lines stay right). A block runs from its fence to the
+# next line starting with the same fence (or the end).
+_FENCE = Lazy(r"^[ \t]*(```|~~~)", re.M)
+_CLOSE = {"```": Lazy(r"^[ \t]*```", re.M), "~~~": Lazy(r"^[ \t]*~~~", re.M)}
+_INLINE_CODE = Lazy(r"`[^`\n]+`")
 # Obsidian's tag: `#` after a space or a line start, then letters, digits, `_`, `-`, `/`
 # (nested tags), not only digits (`#1` is not a tag).
 _TAG = Lazy(r"#([\w/-]*[^\W\d][\w/-]*)")  # (and after a space or at a line start)
@@ -91,8 +94,7 @@ def parse(text: str) -> NoteMeta:
     body = text[body_start:body_start + BODY_SCAN_CHARS]
     # Each pattern runs only where its mark is (a note without `[[` costs no link search).
     marks = "[[" in body or _TAG_START.search(body) is not None
-    blanked = (_CODE.sub(_blank, body) if marks and ("`" in body or "~~~" in body)
-               else body)
+    blanked = _blank_code(body) if marks and ("`" in body or "~~~" in body) else body
     links: list[Link] = []
     line, pos = text.count("\n", 0, body_start) + 1, 0
     if "[[" in blanked:
@@ -241,6 +243,24 @@ def _unique(values: list[str]) -> list[str]:
 def _clean(value: str | None) -> str | None:
     value = (value or "").strip()
     return value[:FIELD_CHARS] or None
+
+
+def _blank_code(body: str) -> str:
+    """`body` with its fenced blocks and inline code spans as spaces (lines kept)."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _FENCE.search(body, pos)
+        if m is None:
+            break
+        close = _CLOSE[m.group(1)].search(body, m.end())
+        end = len(body) if close is None else body.find("\n", close.end())
+        end = len(body) if end < 0 else end
+        out += [_INLINE_CODE.sub(_blank, body[pos:m.start()]),
+                "\n".join(" " * len(line) for line in body[m.start():end].split("\n"))]
+        pos = end
+    out.append(_INLINE_CODE.sub(_blank, body[pos:]))
+    return "".join(out)
 
 
 def _blank(m: re.Match[str]) -> str:
