@@ -206,12 +206,15 @@ def search(
     here: Annotated[bool, typer.Option(
         "--here", help="Only files under the current folder (inside an indexed one).")
                     ] = False,
+    tag: Annotated[list[str] | None, typer.Option(
+        "--tag", help="Only notes with this tag (#tag in a note or its front matter; "
+        "nested tags count; repeatable: every one).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Rank files by relevance to the query (BM25, and meaning when embeddings are on).
-    "a phrase" in quotes matches those words side by side."""
+    "a phrase" in quotes matches those words side by side; #tag keeps notes so tagged."""
     raise typer.Exit(reading.search(State.config_override, query, limit, mode, path, glob,
-                                    here, as_json))
+                                    here, as_json, tag))
 
 
 @app.command("files")
@@ -308,6 +311,31 @@ def get(
     """Print a file's extracted text, a byte range of it, or some of its lines."""
     raise typer.Exit(reading.get(State.config_override, path, offset, length, as_json,
                                  lines))
+
+
+@app.command()
+def links(
+    note: Annotated[str, typer.Argument(help="A note's path as `loom files` shows it, or "
+                                        "its path on disk.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """List a note's [[wikilinks]] (resolved to files, or not found) and its backlinks."""
+    corpus = _corpus()
+    found = corpus.links(corpus.index_path_of(note))
+    if as_json:
+        _print_json(found.to_dict())
+        return
+    _out(f"{_shown(found.path)}  {found.title}")
+    if found.tags:
+        _out("tags: " + " ".join(f"#{t}" for t in found.tags))
+    _out(f"links ({len(found.links)}):")
+    for link in found.links:
+        shown = link["target"] + (f"#{link['heading']}" if link["heading"] else "")
+        where = _shown(link["path"]) if link["path"] else "(no such note)"
+        _out(f"  {link['line']}: [[{shown}]] -> {where}")
+    _out(f"backlinks ({len(found.backlinks)}):")
+    for back in found.backlinks:
+        _out(f"  {_shown(back['path'])}:{back['line']}  {back['title']}")
 
 
 def _case_flag(case: str) -> Any:
@@ -413,7 +441,10 @@ def grep(
         raise typer.BadParameter(f"{color!r} is not one of auto, always, never",
                                  param_hint="'--color'")
     if pattern is None and not regexp:
-        raise typer.BadParameter("give a PATTERN, or -e PATTERN", param_hint="'PATTERN'")
+        from loomcli.compat import click_exceptions
+
+        # as click says it of any missing argument (-e makes PATTERN optional to click)
+        raise click_exceptions().MissingParameter(param_hint="'pattern'", param_type="argument")
     raise typer.Exit(reading.grep(
         State.config_override, pattern, path=path, glob=glob, case=ctx.meta.get("loom_case"),
         fixed=fixed, word=word, files_with_matches=files_with_matches, count=count,

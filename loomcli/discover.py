@@ -1,7 +1,8 @@
 """Walk roots and yield the files loom indexes; never reads file contents.
 
-Skipped always: hidden names (leading `.`), symlinks, anything but regular files and
-folders, and types not in the configured extensions. Ignored folders are pruned, so
+Skipped always: hidden names (leading `.`: Obsidian's `.obsidian/` and `.trash/`),
+Logseq's own `logseq/` folder, symlinks, anything but regular files and folders, and
+types not in the configured extensions. Ignored folders are pruned, so
 nothing below them is visited or can be re-included (git's rule).
 """
 
@@ -18,6 +19,9 @@ from loomcli.extract import IMAGES
 from loomcli.records import Record
 
 IGNORE_FILE = ".loomignore"
+# A Logseq graph keeps its config and page backups in `logseq/` (with config.edn);
+# Obsidian's `.obsidian/` and `.trash/` are hidden names, skipped as such.
+LOGSEQ_DIR = "logseq"
 
 
 class FileRef(Record):
@@ -151,6 +155,8 @@ def _walk_dir(found: Discovery, abs_dir: str, rel_dir: str,
             continue
         rel = f"{rel_dir}{name}"
         if is_dir:
+            if name == LOGSEQ_DIR and os.path.isfile(os.path.join(entry.path, "config.edn")):
+                continue  # Logseq's own folder (config, backups of pages): not notes
             rel_b = os.fsencode(rel)
             if patterns and ignore.is_ignored(patterns, rel_b, True):
                 continue

@@ -215,10 +215,16 @@ def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float]
 
 
 def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
-            near: list[tuple[int, int, float]] | None = None) -> Excerpt:
+            near: list[tuple[int, int, float]] | None = None, start: int = 0) -> Excerpt:
     """Fit `text` into `budget` characters: whole if it fits, else head + best window(s).
     `near`: the file's passages as (start char, end char, similarity to the question),
-    when it has vectors: the window then also goes where the meaning is closest."""
+    when it has vectors: the window then also goes where the meaning is closest.
+    `start`: the character where the body starts (after a note's front matter, which is
+    left out); spans stay those of `text`."""
+    if start > 0:
+        part = excerpt(text[start:], question, budget, head_chars,
+                       [(max(0, a - start), b - start, s) for a, b, s in near or () if b > start])
+        return Excerpt(part.text, [(a + start, b + start) for a, b in part.spans], part.cut)
     if len(text) <= budget:
         return Excerpt(text, [(0, len(text))], cut=False)
     head_end = _snap_end(text, min(head_chars, budget // 4), min(head_chars, budget // 4) // 2)

@@ -76,10 +76,11 @@ _SEARCH_OPTIONS = {
     "--path": ("path", TEXT),
     "--glob": ("glob", MANY), "-g": ("glob", MANY),
     "--here": ("here", FLAG),
+    "--tag": ("tag", MANY),
     "--json": ("as_json", FLAG),
 }
 _SEARCH_DEFAULTS = {"limit": None, "mode": None, "path": None, "glob": None, "here": False,
-                    "as_json": False}
+                    "as_json": False, "tag": None}
 
 _GET_OPTIONS = {
     "--offset": ("offset", NUMBER),

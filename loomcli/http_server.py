@@ -357,7 +357,7 @@ class Api:
                 self.required(b, "query"), b.get("limit"),
                 b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"),
                 b.get("prefix", False), path=b.get("path"),
-                globs=b.get("glob"))), methods=["POST"]),
+                globs=b.get("glob"), tags=b.get("tag"))), methods=["POST"]),
             Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),

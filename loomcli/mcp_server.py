@@ -64,9 +64,11 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     @server.tool(description=tools.SEARCH.description)
     async def loom_search(query: str, limit: int = SEARCH_LIMIT,
                           excerpt_chars: int = EXCERPT_CHARS,
-                          mode: str = "auto") -> dict[str, Any]:
+                          mode: str = "auto", tag: list[str] | None = None
+                          ) -> dict[str, Any]:
         return await reading(tools.SEARCH, {"query": query, "limit": limit,
-                                            "excerpt_chars": excerpt_chars, "mode": mode})
+                                            "excerpt_chars": excerpt_chars, "mode": mode,
+                                            "tag": tag})
 
     @server.tool(description=tools.GREP.description)
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from loomcli import scripts
 from loomcli.errors import IndexStateError
+from loomcli.extract import markdown
 
 # BM25 column weights: a query word in a file's title counts this many times more than
 # one in its body (titles are short and say what the file is about).
@@ -52,6 +53,92 @@ def _fill_chunks(conn: sqlite3.Connection) -> None:
         for n, text, grams in chunk_texts(body, spans):
             conn.execute("INSERT INTO chunks (rowid, body, grams) VALUES (?, ?, ?)",
                          (file_id + n, text, grams))
+
+
+# Notes as notes (extract/markdown.py): `notes` holds every file's link name (what a
+# `[[wikilink]]` names it by), where a Markdown note's body starts after its front matter
+# (in bytes and characters of the stored text) and its searchable fields (aliases and
+# tags, one a line); `tags` and `links` what its body and front matter say. The BM25
+# index reads the fields with the title (the title's weight) and the body without the
+# front matter, through the view.
+NOTES_SCHEMA = """
+    CREATE TABLE notes (file_id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                        body_at INTEGER NOT NULL DEFAULT 0,
+                        body_chars INTEGER NOT NULL DEFAULT 0,
+                        fields TEXT NOT NULL DEFAULT '');
+    CREATE INDEX notes_name ON notes(name);
+    CREATE TABLE tags (file_id INTEGER NOT NULL, tag TEXT NOT NULL,
+                       PRIMARY KEY (file_id, tag)) WITHOUT ROWID;
+    CREATE INDEX tags_tag ON tags(tag);
+    CREATE TABLE links (file_id INTEGER NOT NULL, n INTEGER NOT NULL, target TEXT NOT NULL,
+                        name TEXT NOT NULL, heading TEXT, alias TEXT, line INTEGER NOT NULL,
+                        PRIMARY KEY (file_id, n)) WITHOUT ROWID;
+    CREATE INDEX links_name ON links(name);
+    DROP VIEW fts_source;
+    CREATE VIEW fts_source AS
+        SELECT files.id AS id,
+               CASE WHEN notes.fields != '' THEN files.title || char(10) || notes.fields
+                    ELSE files.title END AS title,
+               CASE WHEN notes.body_chars > 0 THEN substr(docs.body, notes.body_chars + 1)
+                    ELSE docs.body END AS body,
+               cjk.grams AS grams
+        FROM files JOIN docs ON docs.id = files.id LEFT JOIN cjk ON cjk.id = files.id
+        LEFT JOIN notes ON notes.file_id = files.id;
+"""
+
+
+def put_note(conn: sqlite3.Connection, file_id: int, relpath: str,
+             meta: markdown.NoteMeta | None, body: str | None = None) -> None:
+    """A file's rows in `notes`, `tags` and `links` (its link name, and for a Markdown
+    note what it says about itself; `body`: its text, for where the body starts)."""
+    at = chars = 0
+    if meta is not None and meta.body_start and body is not None:
+        chars = meta.body_start
+        at = len(body[:chars].encode("utf-8"))
+    # Plain one-row inserts (the caller dropped the file's old rows): a statement that
+    # may write or replace several rows opens a savepoint, which flushes FTS5 (store.py).
+    conn.execute("INSERT INTO notes (file_id, name, body_at, body_chars, fields) "
+                 "VALUES (?, ?, ?, ?, ?)", (file_id, markdown.name_key(relpath), at, chars,
+                                            meta.fields() if meta else ""))
+    if meta is None:
+        return
+    if meta.tags:
+        conn.executemany("INSERT INTO tags (file_id, tag) VALUES (?, ?)",
+                         [(file_id, tag) for tag in dict.fromkeys(meta.tags)])
+    if meta.links:
+        conn.executemany(
+            "INSERT INTO links (file_id, n, target, name, heading, alias, line) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(file_id, n, link.target, markdown.name_key(link.target), link.heading,
+              link.alias, link.line) for n, link in enumerate(meta.links)])
+
+
+def _fill_notes(conn: sqlite3.Connection) -> None:
+    """What the notes indexed before say about themselves, read from their stored text
+    (the file as it was read): no rescan needed. A note with front matter or fields
+    leaves the BM25 index with its old values and comes back through the new view."""
+    rows = conn.execute("SELECT f.id, f.relpath, f.kind FROM files f "
+                        "JOIN docs d ON d.id = f.id").fetchall()
+    for file_id, relpath, kind in rows:
+        if kind != "note" or not markdown.is_markdown(relpath):
+            put_note(conn, file_id, relpath, None)
+            continue
+        (body,) = conn.execute("SELECT body FROM docs WHERE id = ?", (file_id,)).fetchone()
+        meta = markdown.parse(body)
+        if not (meta.body_start or meta.fields() or meta.title):
+            put_note(conn, file_id, relpath, meta, body)
+            continue
+        conn.execute("INSERT INTO fts (fts, rowid, title, body, grams) VALUES ('delete', ?1, "
+                     "(SELECT title FROM files WHERE id = ?1), "
+                     "(SELECT body FROM docs WHERE id = ?1), "
+                     "(SELECT grams FROM cjk WHERE id = ?1))", (file_id,))
+        put_note(conn, file_id, relpath, meta, body)
+        if meta.title:
+            conn.execute("UPDATE files SET title = ? WHERE id = ?", (meta.title, file_id))
+        conn.execute("INSERT INTO fts (rowid, title, body, grams) VALUES (?1, "
+                     "(SELECT title FROM fts_source WHERE id = ?1), "
+                     "(SELECT body FROM fts_source WHERE id = ?1), "
+                     "(SELECT grams FROM fts_source WHERE id = ?1))", (file_id,))
 
 
 MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
@@ -199,6 +286,7 @@ MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
             OR error LIKE 'an image needs OCR%' OR error LIKE 'OCR %'
             OR error LIKE 'Tesseract is not installed%';
     """),
+    ("012_notes", lambda conn: _run(conn, NOTES_SCHEMA, then=_fill_notes)),
 ]
 
 

@@ -145,14 +145,16 @@ class SearchHit:
     (Records here are plain classes: see records.py.)"""
 
     __slots__ = ("path", "title", "score", "snippet", "content_len", "match", "content",
-                 "truncated", "page", "offset")
+                 "truncated", "page", "offset", "backlinks")
 
     def __init__(self, path: str, title: str, score: float, snippet: str, content_len: int,
                  match: str = "bm25", content: str | None = None, truncated: bool = False,
-                 page: int | None = None, offset: int | None = None) -> None:
+                 page: int | None = None, offset: int | None = None, backlinks: int = 0
+                 ) -> None:
         self.path, self.title, self.score, self.snippet = path, title, score, snippet
         self.content_len, self.match, self.content = content_len, match, content
         self.truncated, self.page, self.offset = truncated, page, offset
+        self.backlinks = backlinks  # how many notes link to this file ([[wikilinks]])
 
     def __repr__(self) -> str:
         return f"SearchHit({self.to_dict()!r})"
@@ -164,7 +166,8 @@ class SearchHit:
                                "score": round(self.score, 4),
                                "snippet": plain_snippet(self.snippet),
                                "content_len": self.content_len, "match": self.match,
-                               "page": self.page, "offset": self.offset}
+                               "page": self.page, "offset": self.offset,
+                               "backlinks": self.backlinks}
         if self.content is not None:
             out["content"] = self.content
             out["truncated"] = self.truncated
@@ -214,6 +217,22 @@ class TextRange(Record):
         self.length = length
         self.content_len = content_len
         self.content = content
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+class NoteLinks(Record):
+    """A note's `[[wikilinks]]` (each resolved to a file's path, or None when no file
+    has that name), its tags, and the notes that link to it (`loom links`)."""
+
+    __slots__ = ("path", "title", "tags", "links", "backlinks")
+
+    def __init__(self, path: str, title: str, tags: list[str], links: list[dict[str, Any]],
+                 backlinks: list[dict[str, Any]]) -> None:
+        self.path, self.title, self.tags = path, title, tags
+        self.links = links  # {"target", "heading", "alias", "line", "path"}
+        self.backlinks = backlinks  # {"path", "title", "line"}
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -514,14 +533,22 @@ class Corpus:
 
     def search(self, query: Any, limit: Any = None, excerpt_chars: Any = None,
                mode: Any = None, prefix: Any = False, *, path: Any = None,
-               globs: Any = None, within: Path | None = None) -> SearchResult:
+               globs: Any = None, within: Path | None = None, tags: Any = None
+               ) -> SearchResult:
         """Ranked files; with excerpt_chars, each hit carries its text cut like ask's.
         mode: auto (hybrid when embeddings are enabled, else bm25) | bm25 | semantic |
         hybrid. prefix: the query is being typed — its last word matches the words it
         starts (BM25; the web page's search as you type). `path` (a file or folder) and
         `globs` (grep's -g) narrow the files; `within`: a folder on disk (the CLI's
-        --here), as grep's."""
+        --here), as grep's. `tags` (--tag) and the query's `#tags` keep the files that
+        have every one of them; a query of tags alone ranks those by the tags' words."""
+        from loomcli.extract.markdown import split_tags
+
         query = _text("query", query, required=False)
+        query, wanted = split_tags(query)
+        wanted += [t.strip().lstrip("#").strip("/").lower() for t in _strings("tag", tags)]
+        if wanted and not query.strip():
+            query = " ".join(t.replace("/", " ") for t in wanted)
         n = _int("limit", limit, SEARCH_LIMIT, 1, SEARCH_LIMIT_MAX) or SEARCH_LIMIT
         chars = _int("excerpt_chars", excerpt_chars, None, 0, EXCERPT_CHARS_MAX)  # 0: none
         chosen = self._mode(mode)
@@ -535,12 +562,19 @@ class Corpus:
                     inside = set(under)
                     under = [f for f in among if f in inside]
                 among = under
+            if wanted:
+                tagged = store.tagged(wanted)
+                inside = set(tagged)
+                among = tagged if among is None else [f for f in among if f in inside]
             if among == []:
                 return SearchResult([])
             found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,
                                                        prefix=_bool("prefix", prefix))
+            linked = store.backlinks([h.file_id for h, _ in found])
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
-                              page=h.page, offset=h.offset) for h, how in found]
+                              page=h.page, offset=h.offset,
+                              backlinks=len(linked.get(h.file_id, ())))
+                    for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
 
@@ -549,7 +583,7 @@ class Corpus:
                     text = store.text_bytes(h.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
                     near = self._near(store, h.file_id, text, query_vector)
                     part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4),
-                                   near=near)
+                                   near=near, start=store.body_start(h.file_id)[1])
                     hit.content, hit.truncated = part.text, part.cut
         return SearchResult(hits, warnings)
 
@@ -786,6 +820,26 @@ class Corpus:
         count = _int("length", length, None, 0)
         with self.store() as store:
             return read_range(store, check_index_path(path), start, count)
+
+    def links(self, path: Any) -> NoteLinks:
+        """What a note links to (resolved now, as Obsidian would) and what links to it."""
+        with self.store() as store:
+            row = store.resolve(check_index_path(path))
+            links = []
+            for target, heading, alias, line in store.links_of(row.id):
+                fid = store.resolve_link(target)
+                shown = None if fid is None else store.file(fid)
+                links.append({"target": target, "heading": heading, "alias": alias,
+                              "line": line, "path": None if shown is None else
+                              store.display_path(shown.root_id, shown.relpath)})
+            back = []
+            for source, line in store.backlinks([row.id])[row.id].items():
+                other = store.file(source)
+                back.append({"path": store.display_path(other.root_id, other.relpath),
+                             "title": other.title, "line": line})
+            back.sort(key=lambda b: str(b["path"]))
+            return NoteLinks(store.display_path(row.root_id, row.relpath), row.title,
+                             store.tags_of(row.id), links, back)
 
     def pages(self, path: Any) -> PageStarts:
         with self.store() as store:

@@ -21,11 +21,12 @@ COLORS = ("auto", "always", "never")  # --color WHEN
 
 
 def search(config: str | None, query: list[str], limit: int | None, mode: str | None,
-           path: str | None, glob: list[str] | None, here: bool, as_json: bool) -> int:
+           path: str | None, glob: list[str] | None, here: bool, as_json: bool,
+           tag: list[str] | None = None) -> int:
     found = corpus(config)
     result = found.search(" ".join(query), limit, mode=mode,
                           path=None if path is None else found.index_path_of(path),
-                          globs=glob, within=Path.cwd() if here else None)
+                          globs=glob, within=Path.cwd() if here else None, tags=tag)
     for warning in result.warnings:
         err(f"warning: {warning}")
     if as_json:

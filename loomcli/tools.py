@@ -62,14 +62,18 @@ SEARCH = Tool(
     "both) and content: the whole text when short, else the head plus the passage best "
     "matching the query, about excerpt_chars long. mode: auto (default), bm25, semantic "
     "or hybrid. Any text is a valid query; questions in the user's own words work. For "
-    "exact codes or strings use loom_grep instead.",
+    "exact codes or strings use loom_grep instead. tag: only notes with every one of "
+    "these tags (#tag in a note or its front matter; `#tag` in the query does the same); "
+    "backlinks: how many notes link to a hit.",
     _schema({"query": {"type": "string"},
              "limit": {"type": "integer", "default": SEARCH_LIMIT},
              "excerpt_chars": {"type": "integer", "default": EXCERPT_CHARS},
-             "mode": {"type": "string", "default": "auto", "enum": list(SEARCH_MODES)}},
+             "mode": {"type": "string", "default": "auto", "enum": list(SEARCH_MODES)},
+             "tag": {"anyOf": [{"type": "array", "items": {"type": "string"}},
+                               {"type": "null"}], "default": None}},
             ["query"]),
     lambda c, a: c.search(a["query"], a.get("limit"), a.get("excerpt_chars", EXCERPT_CHARS),
-                          a.get("mode")).to_dict(),
+                          a.get("mode"), tags=a.get("tag")).to_dict(),
     lambda r: _count(len(r.get("hits", [])), "hit"),
 )
 

@@ -125,6 +125,8 @@ FAST_LINES = [
     ["search", "--path", "welcome.md", "warp"], ["search", "--here", "warp"],
     ["search", "zzyzx-nothing"], ["search", ""], ["search", "--", "-warp"],
     ["search", "warp", "--mode", "bm25", "--mode", "auto"],
+    ["search", "--tag", "idea", "warp"], ["search", "--tag=a", "--tag", "b/c", "warp"],
+    ["search", "#idea"],
     ["--config", "CONFIG", "search", "warp"],
     ["get", "welcome.md"], ["get", "welcome.md", "--offset", "10", "--length", "20"],
     ["get", "--offset=5", "--length=3", "welcome.md"], ["get", "--json", "welcome.md"],
@@ -140,6 +142,7 @@ FAST_LINES = [
 # What the fast path leaves to typer: help, other commands, anything malformed.
 TYPER_LINES = [
     [], ["--help"], ["-h"], ["files"], ["status"], ["grep"], ["search"],
+    ["search", "warp", "--tag"],
     ["get"], ["grep", "--help"], ["grep", "-h"], ["grep", "warp", "-h"], ["grep", "-ih", "x"],
     ["search", "--help"], ["get", "--help"], ["grep", "x", "y"], ["get", "a", "b"],
     ["scan", "--help"], ["scan", "-v", "-h"], ["scan", "--bogus"], ["scan", "--json=1"],

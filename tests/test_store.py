@@ -37,7 +37,8 @@ def test_wal_mode_and_migrations_recorded(store):
     names = [r[0] for r in store.conn.execute("SELECT name FROM migrations")]
     assert names == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks",
                      "006_scripts_and_passages", "007_stable_paths_and_skips",
-                     "008_finite_vectors", "009_grams_todo", "010_ocr_fingerprint"]
+                     "008_finite_vectors", "009_grams_todo", "010_ocr_fingerprint",
+                     "012_notes"]
 
 
 def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):
@@ -113,17 +114,20 @@ def test_get_range_is_bytes_snapped_to_characters(store):
     cup = text.encode().index("☕".encode())
     cut = operations.read_range(store, "a.md", cup - 2, 4)
     assert cut.content == "e " and cut.offset == cup - 2 and cut.length == 2
-    past = operations.read_range(store, "a.md", 10_000, 5)
-    assert past.content == "" and past.offset == full.content_len
+    end = operations.read_range(store, "a.md", full.content_len, 5)  # the end: nothing
+    assert end.content == "" and end.offset == full.content_len
+    with pytest.raises(QueryError, match=f"whose text is {full.content_len} bytes"):
+        operations.read_range(store, "a.md", 10_000, 5)  # past it: an error naming its size
     with pytest.raises(QueryError):
         operations.read_range(store, "a.md", -1)
 
 
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # read-only use
-@given(offset=st.integers(0, 80), length=st.integers(0, 80))
+@given(offset=st.integers(0, 53), length=st.integers(0, 80))
 def test_get_range_never_breaks_a_character(store, offset, length):
     text = "Weaving on a Jacquard loom. Café crème ☕ naïve.\n".encode()
+    assert len(text) == 53  # offsets up to the end; past it is an error (above)
     got = operations.read_range(store, "a.md", offset, length)
     start, n = got.offset, got.length
     assert min(offset, len(text)) <= start  # clamped to the text, never before the ask
@@ -193,7 +197,8 @@ def test_an_index_from_before_migration_010_tries_its_ocr_failures_once(tmp_path
     from loomcli import migrations
 
     path = tmp_path / "old.db"
-    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:-1])
+    monkeypatch.setattr(migrations, "MIGRATIONS",
+                        [m for m in migrations.MIGRATIONS if m[0] < "010"])
     Store.open(path, create=True).close()
     conn = sqlite3.connect(path)
     rows = [("scan.pdf", None, "PDF has no text layer (scanned or image-only pages) — …"),

@@ -120,7 +120,9 @@ def build_prompt(store: Store, question: str, hits: list[Hit], *, top_k: int, bu
     `near(file id, text)`: the file's passages scored by meaning, when it has vectors.
     `window`: the token budget it must fit (None: only the character bounds)."""
     from loomcli.ask.assemble import DEFAULT_RULE
+    from loomcli.ask.linked import with_linked
 
+    hits = with_linked(store, hits, top_k)
     done = assemble_blocks(store, question, hits, top_k=top_k, budget=budget,
                            head_chars=head_chars, near=near,
                            tokens_max=window.prompt_tokens if window else None,

@@ -183,6 +183,7 @@ def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int,
             continue
         page_starts = store.pages(hit.file_id) if row.kind == "pdf" else None
         text = store.text_bytes(hit.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
+        body_start = store.body_start(hit.file_id)[1]  # a note's front matter is not sent
         share = None
         if room is not None:
             share = room if rule == "fewer" else room // max(1, top_k - len(used))
@@ -190,7 +191,7 @@ def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int,
         fitted = None
         for _ in range(SHRINK_TRIES):
             block, part, pages = _block(hit, text, question, chars, head_chars, near,
-                                        page_starts)
+                                        page_starts, body_start)
             cost = estimate(block) + 1
             if share is None or cost <= share:
                 fitted = (block, part, pages, cost)
@@ -227,7 +228,8 @@ def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int,
 
 
 def _block(hit: Hit, text: str, question: str, chars: int, head_chars: int,
-           near: Near | None, page_starts: list[int] | None) -> tuple[str, Any, list[int]]:
+           near: Near | None, page_starts: list[int] | None, body_start: int = 0
+           ) -> tuple[str, Any, list[int]]:
     """`## [path p. N] title` and the excerpt, within `chars` characters."""
     header_room = max(60, chars // 2)
     # The page label depends on the excerpt and the excerpt's room on the header: room
@@ -235,7 +237,7 @@ def _block(hit: Hit, text: str, question: str, chars: int, head_chars: int,
     longest = " " + "p" * LABEL_CHARS if page_starts else ""
     provisional = f"## [{hit.path}{longest}] {hit.title}".rstrip()[:header_room] + "\n"
     part = excerpt(text, question, max(1, chars - len(provisional) - 1), head_chars,
-                   near=near(hit.file_id, text) if near else None)
+                   near=near(hit.file_id, text) if near else None, start=body_start)
     pages: list[int] = []
     label = ""
     if page_starts:

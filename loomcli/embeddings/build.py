@@ -104,12 +104,15 @@ class _InProcess:
 
 
 def _files(store: Store, ids: list[int]) -> Iterator[tuple[int, bytes, list[str]]]:
-    """(file id, its passages' byte ranges as int32 pairs, their texts)."""
+    """(file id, its passages' byte ranges as int32 pairs, their texts). A note's
+    passages start after its front matter (metadata, not text)."""
     import numpy as np
 
     for fid in ids:
-        text = store.text_bytes(fid, 0, TEXT_BYTES).decode("utf-8", "ignore")
+        body_at = store.body_start(fid)[0]
+        text = store.text_bytes(fid, body_at, TEXT_BYTES).decode("utf-8", "ignore")
         spans, texts = passages(text)
+        spans = [(a + body_at, b + body_at) for a, b in spans]
         yield fid, np.asarray(spans, dtype=np.int32).tobytes(), texts
 
 

@@ -11,18 +11,24 @@ from contextlib import contextmanager
 
 from loomcli.records import Record
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class Extracted(Record):
     """A file's text and title. `pages`: the byte offset (in the UTF-8 text) where each
     page starts, None for notes. `ocr`: scanned pages were left unread for want of OCR,
-    so the scan reads the file again once OCR is on (see ocr.fingerprint)."""
+    so the scan reads the file again once OCR is on (see ocr.fingerprint). `note`: what a
+    Markdown note says about itself (markdown.NoteMeta: front matter, tags, links)."""
 
-    __slots__ = ("text", "title", "pages", "engine", "ocr")
+    __slots__ = ("text", "title", "pages", "engine", "ocr", "note")
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, text: str, title: str, pages: list[int] | None = None,
-                 engine: str = "text", ocr: bool = False) -> None:
+                 engine: str = "text", ocr: bool = False, note: Any = None) -> None:
         self.text, self.title, self.pages, self.engine, self.ocr = text, title, pages, engine, ocr
+        self.note = note
 
 
 # Image files: indexed through OCR, only when listed in `extensions`.

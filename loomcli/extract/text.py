@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from loomcli.errors import ExtractionError
-from loomcli.extract import Extracted
+from loomcli.extract import Extracted, markdown
 
 _BOMS = (
     (b"\xef\xbb\xbf", "utf-8"),
@@ -161,4 +161,9 @@ def _stem_suffix(relpath: str) -> tuple[str, str]:
 
 def extract_note(data: bytes, relpath: str) -> Extracted:
     text = decode(data)
-    return Extracted(text=text, title=title_of(text, relpath))
+    if not markdown.is_markdown(relpath):
+        return Extracted(text=text, title=title_of(text, relpath))
+    meta = markdown.parse(text)
+    title = meta.title or title_of(text[meta.body_start:meta.body_start + _TITLE_SCAN_CHARS],
+                                   relpath)
+    return Extracted(text=text, title=title, note=meta)

@@ -1,0 +1,299 @@
+"""Markdown notes as notes: front matter, `#tags` and `[[wikilinks]]` (Obsidian, Logseq).
+
+Pure and bounded: every pattern runs over at most FRONT_MAX_CHARS of front matter and
+BODY_SCAN_CHARS of body, and a note keeps at most TAGS_MAX tags and LINKS_MAX links.
+
+Front matter is metadata, not text: a block that opens the note — YAML between `---`
+lines, TOML between `+++` lines, or Logseq's `key:: value` lines — whose `title`,
+`aliases` and `tags` become searchable fields. The stored text stays the file as the
+user sees it (grep and get show the front matter, with the file's own lines and byte
+offsets); search's body, its snippets and `ask`'s head start after it (`body_start`).
+Malformed front matter never fails a scan: a block that is never closed is text, and a
+closed block whose values cannot be read is metadata without fields.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loomcli.records import Record
+from loomcli.scripts import Lazy
+
+FRONT_MAX_CHARS = 64 * 1024  # a longer "front matter" is text (no closing line that soon)
+BODY_SCAN_CHARS = 1 << 20  # tags and links are looked for in this much of a note's body
+TAGS_MAX = 200
+LINKS_MAX = 1000
+FIELD_CHARS = 300  # the longest title, alias, tag or link target kept
+MARKDOWN = frozenset({".md", ".markdown"})
+
+_YAML_OPEN = Lazy(r"---[ \t]*\r?\n")
+_YAML_CLOSE = Lazy(r"^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.M)
+_TOML_OPEN = Lazy(r"\+\+\+[ \t]*\r?\n")
+_TOML_CLOSE = Lazy(r"^\+\+\+[ \t]*(?:\r?\n|\Z)", re.M)
+_LOGSEQ_LINE = Lazy(r"([A-Za-z][\w-]*):: ?(.*)")
+_YAML_KEY = Lazy(r"([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(.*))?$")
+_YAML_ITEM = Lazy(r"[ \t]*-[ \t]+(.*)$")
+# Code is not where tags live: fenced blocks and inline spans are blanked before the tag
+# pattern runs (offsets kept, so lines stay right). A block runs from its fence to the
+# next line starting with the same fence (or the end).
+_FENCE = Lazy(r"^[ \t]*(```|~~~)", re.M)
+_CLOSE = {"```": Lazy(r"^[ \t]*```", re.M), "~~~": Lazy(r"^[ \t]*~~~", re.M)}
+_INLINE_CODE = Lazy(r"`[^`\n]+`")
+# Obsidian's tag: `#` after a space or a line start, then letters, digits, `_`, `-`, `/`
+# (nested tags), not only digits (`#1` is not a tag).
+_TAG = Lazy(r"#([\w/-]*[^\W\d][\w/-]*)")  # (and after a space or at a line start)
+_TAG_START = Lazy(r"#[\w/-]")  # anything that may be a tag (`# Heading` is not)
+# `![[embed]]` is a link too: its `!` is left out of the pattern (a literal first is
+# found by a fast search).
+_LINK = Lazy(r"\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]")
+_FIELD_KEYS = {"title": "title", "aliases": "aliases", "alias": "aliases", "tags": "tags",
+               "tag": "tags"}
+
+
+class Link(Record):
+    """One `[[target#heading|alias]]` of a note, on line `line` (from 1) of its file."""
+
+    __slots__ = ("target", "heading", "alias", "line")
+
+    def __init__(self, target: str, heading: str | None, alias: str | None, line: int) -> None:
+        self.target, self.heading, self.alias, self.line = target, heading, alias, line
+
+
+class NoteMeta(Record):
+    """What a Markdown note says about itself. `body_start`: the character of the text
+    where the body starts (0: no front matter)."""
+
+    __slots__ = ("body_start", "title", "aliases", "tags", "links")
+
+    def __init__(self, body_start: int = 0, title: str | None = None,
+                 aliases: list[str] | None = None, tags: list[str] | None = None,
+                 links: list[Link] | None = None) -> None:
+        self.body_start = body_start
+        self.title = title
+        self.aliases = aliases or []
+        self.tags = tags or []  # lower case, without `#`, each once
+        self.links = links or []
+
+    def fields(self) -> str:
+        """The searchable fields besides the title, one a line (tags' `/` as spaces)."""
+        return "\n".join([*self.aliases, *(t.replace("/", " ") for t in self.tags)])
+
+
+def is_markdown(relpath: str) -> bool:
+    name = relpath.rpartition("/")[2].lower()
+    return any(name.endswith(s) for s in MARKDOWN)
+
+
+def parse(text: str) -> NoteMeta:
+    """The front matter's fields, the tags and the links of a Markdown note."""
+    body_start, values = front_matter(text)
+    meta = NoteMeta(body_start)
+    meta.title = _one(values.get("title"))
+    meta.aliases = _unique(_many(values.get("aliases"), split=","))
+    tags = [t.lstrip("#") for t in _many(values.get("tags"), split=r"[,\s]+")]
+    body = text[body_start:body_start + BODY_SCAN_CHARS]
+    # Each pattern runs only where its mark is (a note without `[[` costs no link search).
+    marks = "[[" in body or _TAG_START.search(body) is not None
+    blanked = _blank_code(body) if marks and ("`" in body or "~~~" in body) else body
+    links: list[Link] = []
+    line, pos = text.count("\n", 0, body_start) + 1, 0
+    if "[[" in blanked:
+        for m in _LINK.finditer(blanked):
+            target = m.group(1).strip()
+            if not target:
+                continue  # [[#heading]]: a place in the same note
+            line += blanked.count("\n", pos, m.start())
+            pos = m.start()
+            links.append(Link(target[:FIELD_CHARS], _clean(m.group(2)), _clean(m.group(3)),
+                              line))
+            if len(links) == LINKS_MAX:
+                break
+        blanked = _LINK.sub(_blank, blanked)
+    if "#" in blanked:
+        for m in _TAG.finditer(blanked):
+            at = m.start()
+            if at and not blanked[at - 1].isspace():
+                continue  # `a#b`, a URL's `/#anchor`: not a tag
+            tags.append(m.group(1))
+            if len(tags) >= TAGS_MAX:
+                break
+    meta.tags = _unique([t.strip("/").lower() for t in tags if t.strip("/")])[:TAGS_MAX]
+    meta.links = links
+    return meta
+
+
+def front_matter(text: str) -> tuple[int, dict[str, object]]:
+    """(where the body starts, the fields read) of a note's front matter; (0, {}) when it
+    has none, or its block is never closed (then it is text)."""
+    m = _YAML_OPEN.match(text)
+    if m:
+        close = _YAML_CLOSE.search(text, m.end(), m.end() + FRONT_MAX_CHARS)
+        if close is None:
+            return 0, {}
+        return close.end(), _yaml(text[m.end():close.start()])
+    m = _TOML_OPEN.match(text)
+    if m:
+        close = _TOML_CLOSE.search(text, m.end(), m.end() + FRONT_MAX_CHARS)
+        if close is None:
+            return 0, {}
+        return close.end(), _toml(text[m.end():close.start()])
+    return _logseq(text)
+
+
+def _yaml(block: str) -> dict[str, object]:
+    """The keys that matter of a YAML block: `key: value`, `key: [a, b]`, and `key:`
+    followed by `- item` lines. Anything else (nested maps, anchors) is skipped."""
+    out: dict[str, object] = {}
+    key: str | None = None
+    for raw in block.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        item = _YAML_ITEM.match(raw)
+        if item and key is not None:
+            current = out.setdefault(key, [])
+            if isinstance(current, list):
+                current.append(_scalar(item.group(1)))
+            continue
+        m = _YAML_KEY.match(raw)
+        if not m or raw[:1].isspace():
+            key = None
+            continue
+        name = _FIELD_KEYS.get(m.group(1).lower())
+        value = (m.group(2) or "").strip()
+        key = name if name and not value else None
+        if name and value:
+            if value.startswith("[") and value.endswith("]"):
+                out[name] = [_scalar(v) for v in _split_flow(value[1:-1])]
+            elif value[:1] not in "{&*|>":
+                out[name] = _scalar(value)
+    return out
+
+
+def _split_flow(inner: str) -> list[str]:
+    """`a, "b, c", d` → its items, commas inside quotes kept."""
+    return [m.group(1).strip() for m in _FLOW_ITEM.finditer(inner) if m.group(1).strip()]
+
+
+_FLOW_ITEM = Lazy(r"""\s*("[^"]*"|'[^']*'|[^,]+)""")
+
+
+def _scalar(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    if "#" not in value:
+        return value
+    return re.sub(r"[ \t]+#.*$", "", value)  # a trailing YAML comment
+
+
+def _toml(block: str) -> dict[str, object]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(block)
+    except (tomllib.TOMLDecodeError, RecursionError):
+        return {}
+    return {_FIELD_KEYS[k.lower()]: v for k, v in data.items() if k.lower() in _FIELD_KEYS}
+
+
+def _logseq(text: str) -> tuple[int, dict[str, object]]:
+    """Logseq's page properties: `key:: value` lines at the very top of a page."""
+    out: dict[str, object] = {}
+    pos = 0
+    while pos < min(len(text), FRONT_MAX_CHARS):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end + 1
+        m = _LOGSEQ_LINE.fullmatch(text[pos:end].rstrip("\r\n").lstrip("- "))
+        if m is None:
+            break
+        name = _FIELD_KEYS.get(m.group(1).lower())
+        if name:
+            values = [v.strip().strip("[]").lstrip("#") for v in _split_flow(m.group(2))]
+            out[name] = values if name != "title" else m.group(2).strip()
+        pos = end
+    return (pos, out) if pos else (0, {})
+
+
+def _one(value: object) -> str | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if isinstance(value, str | int | float) and str(value).strip():
+        return str(value).strip()[:FIELD_CHARS]
+    return None
+
+
+def _many(value: object, split: str) -> list[str]:
+    """A field's values: a list, or one string cut by `split` (tags may be `a, b` or
+    `a b`; aliases `a, b`)."""
+    if isinstance(value, str):
+        value = [v for v in re.split(split, value) if v.strip()]
+    if not isinstance(value, list):
+        return []
+    return [str(v).strip()[:FIELD_CHARS] for v in value[:TAGS_MAX]
+            if isinstance(v, str | int | float) and str(v).strip()]
+
+
+def _unique(values: list[str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for v in values:
+        seen.setdefault(v.casefold(), v)
+    return list(seen.values())
+
+
+def _clean(value: str | None) -> str | None:
+    value = (value or "").strip()
+    return value[:FIELD_CHARS] or None
+
+
+def _blank_code(body: str) -> str:
+    """`body` with its fenced blocks and inline code spans as spaces (lines kept)."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _FENCE.search(body, pos)
+        if m is None:
+            break
+        close = _CLOSE[m.group(1)].search(body, m.end())
+        end = len(body) if close is None else body.find("\n", close.end())
+        end = len(body) if end < 0 else end
+        out += [_INLINE_CODE.sub(_blank, body[pos:m.start()]),
+                "\n".join(" " * len(line) for line in body[m.start():end].split("\n"))]
+        pos = end
+    out.append(_INLINE_CODE.sub(_blank, body[pos:]))
+    return "".join(out)
+
+
+def _blank(m: re.Match[str]) -> str:
+    """A match's text as spaces, its line ends kept (so offsets and lines stay)."""
+    text = m.group()
+    return re.sub(r"[^\n]", " ", text) if "\n" in text else " " * len(text)
+
+
+def link_key(target: str) -> str:
+    """What a link target is compared by: lower case, `/` separators, no `.md`."""
+    key = target.strip().replace("\\", "/").strip("/").lower()
+    for suffix in MARKDOWN:
+        if key.endswith(suffix):
+            return key[:-len(suffix)]
+    return key
+
+
+def name_key(relpath: str) -> str:
+    """The name a file (or a link target) is linked by: its last name, lower case,
+    without `.md` for a note."""
+    return link_key(relpath).rpartition("/")[2]
+
+
+def split_tags(query: str) -> tuple[str, list[str]]:
+    """A query's `#tags` (whole words) apart from its other words: ("rest", [tags]).
+    Without a pattern: `loom search` starts without compiling this module's."""
+    tags: list[str] = []
+    rest: list[str] = []
+    for word in query.split():
+        name = word[1:]
+        if (word[:1] == "#" and name and all(c.isalnum() or c in "_/-" for c in name)
+                and not name.replace("/", "").replace("-", "").replace("_", "").isdigit()):
+            tags.append(name.strip("/").lower())
+        else:
+            rest.append(word)
+    return (" ".join(rest) if tags else query), tags
