@@ -301,7 +301,7 @@ def measure(corpus: Corpus, questions: list[Question], targets: list[dict[str, i
 
 
 def check_answers(corpus: Corpus, questions: list[Question], targets: list[dict[str, int]],
-                  mode: str | None,
+                  mode: str,
                   on_question: Callable[[str, int], None] | None = None) -> AnswersReport:
     """The configured LLM asked every question, plainly and as the agent; nothing kept."""
     from loomcli import providers
@@ -323,7 +323,7 @@ def check_answers(corpus: Corpus, questions: list[Question], targets: list[dict[
             checks.append(AnswerCheck(
                 None if q.answer is None else holds(result.answer, q.answer),
                 any(c in wanted for c in result.citations)))
-    return AnswersReport(mode or "auto", plain, agent)
+    return AnswersReport(mode, plain, agent)
 
 
 def evaluate(corpus: Corpus, path: Path, mode: str | None = None, answers: bool = False,
@@ -332,11 +332,10 @@ def evaluate(corpus: Corpus, path: Path, mode: str | None = None, answers: bool 
     questions = load(path)
     if mode is not None and mode not in (*MODES, "auto"):
         raise QueryError(f"mode must be one of auto, {', '.join(MODES)}, got {mode!r}")
-    if mode == "auto":
-        from loomcli import embeddings
+    from loomcli import embeddings
 
-        mode = "hybrid" if embeddings.settings(corpus.config).enabled else "bm25"
-    chosen = mode
+    auto = "hybrid" if embeddings.settings(corpus.config).enabled else "bm25"
+    chosen = auto if mode == "auto" else mode
     with corpus.store() as store:
         targets = resolve_targets(store, path, questions)
     report = Report(str(path), questions, [])
@@ -354,7 +353,8 @@ def evaluate(corpus: Corpus, path: Path, mode: str | None = None, answers: bool 
                                    "makes them)")
         report.modes.append(measure(corpus, questions, targets, m, on_question))
     if answers:
-        report.answers = check_answers(corpus, questions, targets, chosen, on_question)
+        report.answers = check_answers(corpus, questions, targets, chosen or auto,
+                                       on_question)
     return report
 
 
