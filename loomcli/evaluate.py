@@ -10,6 +10,7 @@ context is built as `loom ask --show-context` builds it (no LLM call):
 - MRR: the mean of 1/rank of the first target (0 past rank 10);
 - ask_file: the share for which ask would send a target file; ask_phrase: the share,
   among questions with a phrase, for which the part of a target file ask sends holds it;
+- the same per language (`lang`) and per `kind` when a file holds more than one;
 - misses: the questions without a target in the first 5, with the rank it got (None past
   RANK_DEPTH).
 
@@ -81,6 +82,7 @@ class ModeReport:
     outcomes: list[Outcome]
     scores: Scores
     by_lang: dict[str, Scores]
+    by_kind: dict[str, Scores]
 
     def misses(self, questions: list[Question]) -> list[tuple[int, Question, Outcome]]:
         return [(i, q, o) for i, (q, o) in enumerate(zip(questions, self.outcomes, strict=True))
@@ -89,6 +91,7 @@ class ModeReport:
     def to_dict(self, questions: list[Question]) -> dict[str, Any]:
         return {**self.scores.to_dict(),
                 "by_lang": {k: v.to_dict() for k, v in self.by_lang.items()},
+                "by_kind": {k: v.to_dict() for k, v in self.by_kind.items()},
                 "misses": [{"n": i + 1, "q": q.q, "lang": q.lang, "targets": q.targets,
                             "rank": o.rank, "sent": o.sent}
                            for i, q, o in self.misses(questions)]}
@@ -290,14 +293,23 @@ def measure(corpus: Corpus, questions: list[Question], targets: list[dict[str, i
             phrase = any(holds(" ".join(text for _, text in u.pieces), q.answer)
                          for u in sent)
         outcomes.append(Outcome(rank, bool(sent), phrase))
-    langs = sorted({q.lang or "" for q in questions})
-    by_lang = {}
-    if len(langs) > 1:
-        for lang in langs:
-            pairs = [(q, o) for q, o in zip(questions, outcomes, strict=True)
-                     if (q.lang or "") == lang]
-            by_lang[lang or "?"] = scores([q for q, _ in pairs], [o for _, o in pairs])
-    return ModeReport(mode, outcomes, scores(questions, outcomes), by_lang)
+    return ModeReport(mode, outcomes, scores(questions, outcomes),
+                      _grouped(questions, outcomes, "lang"),
+                      _grouped(questions, outcomes, "kind"))
+
+
+def _grouped(questions: list[Question], outcomes: list[Outcome], key: str
+             ) -> dict[str, Scores]:
+    """The scores of each language (or kind) when the file holds more than one."""
+    values = sorted({getattr(q, key) or "" for q in questions})
+    if len(values) < 2:
+        return {}
+    out = {}
+    for value in values:
+        pairs = [(q, o) for q, o in zip(questions, outcomes, strict=True)
+                 if (getattr(q, key) or "") == value]
+        out[value or "?"] = scores([q for q, _ in pairs], [o for _, o in pairs])
+    return out
 
 
 def check_answers(corpus: Corpus, questions: list[Question], targets: list[dict[str, int]],
@@ -380,6 +392,7 @@ def render(report: Report) -> str:
     for m in report.modes:
         lines.append(_row(m.mode, m.scores))
         lines += [_row(f"  {lang}", s) for lang, s in m.by_lang.items()]
+        lines += [_row(f"  {kind}", s) for kind, s in m.by_kind.items()]
     lines += [f"{m:<12} not measured: {why}" for m, why in report.unavailable.items()]
     for m in report.modes:
         misses = m.misses(report.questions)

@@ -94,7 +94,7 @@ def test_figures_by_hand(folder: Path) -> None:
     assert report["questions"] == 5
     assert report["languages"] == {"en": 4, "it": 1}
     bm25 = report["modes"]["bm25"]
-    assert list(bm25) == [*SCORE_KEYS, "by_lang", "misses"]
+    assert list(bm25) == [*SCORE_KEYS, "by_lang", "by_kind", "misses"]
     # ranks 1, 1, 1, none, 2: MRR (1 + 1 + 1 + 0 + 1/2) / 5; ask sends all but the 4th
     assert {k: bm25[k] for k in SCORE_KEYS} == {
         "questions": 5, "recall_1": 0.6, "recall_5": 0.8, "recall_10": 0.8, "mrr": 0.7,
@@ -104,6 +104,11 @@ def test_figures_by_hand(folder: Path) -> None:
                "mrr": 0.875, "ask_file": 1.0, "ask_phrase": 1.0},
         "it": {"questions": 1, "recall_1": 0.0, "recall_5": 0.0, "recall_10": 0.0,
                "mrr": 0.0, "ask_file": 0.0, "ask_phrase": 0.0}}
+    assert bm25["by_kind"] == {  # one question is kind "people", the others have none
+        "?": {"questions": 4, "recall_1": 0.5, "recall_5": 0.75, "recall_10": 0.75,
+              "mrr": 0.625, "ask_file": 0.75, "ask_phrase": 0.75},
+        "people": {"questions": 1, "recall_1": 1.0, "recall_5": 1.0, "recall_10": 1.0,
+                   "mrr": 1.0, "ask_file": 1.0, "ask_phrase": 1.0}}
     assert bm25["misses"] == [{"n": 4, "q": "come tenevo vivo il lievito madre",
                                "lang": "it", "targets": ["bread.md"], "rank": None,
                                "sent": False}]
@@ -138,7 +143,7 @@ def test_a_miss_shows_its_rank(folder: Path) -> None:
     assert bm25["misses"] == [{"n": 1, "q": "mouse", "lang": None, "targets": ["bread.md"],
                                "rank": 8, "sent": False}]
     assert (bm25["recall_5"], bm25["recall_10"], bm25["mrr"]) == (0.0, 1.0, 0.125)
-    assert bm25["ask_phrase"] is None and bm25["by_lang"] == {}
+    assert bm25["ask_phrase"] is None and bm25["by_lang"] == bm25["by_kind"] == {}
 
 
 def test_answers_plain_and_agent(folder: Path, loom_home: Path) -> None:

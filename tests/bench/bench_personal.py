@@ -120,8 +120,9 @@ def main() -> None:
             results[f"{name}/{mode}"] = figures
             print(row(f"{name} {mode}", figures)
                   + f"   ({time.perf_counter() - started:.0f} s)", flush=True)
-            for lang, s in figures["by_lang"].items():
-                print(row(f"  {lang}", s))
+            for group in ("by_lang", "by_kind"):
+                for value, s in figures[group].items():
+                    print(row(f"  {value}", s))
     out = loom_home / "results.json"
     out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     print(f"details (misses with their ranks): {out}")
