@@ -212,3 +212,22 @@ def test_targets_by_root_name(folder: Path) -> None:
     write(folder / "r.toml", '[[q]]\nq = "psql timing"\ntargets = ["notes/psql.md"]\n')
     report = json.loads(loom("eval", "r.toml", "--json", cwd=folder).stdout)
     assert report["modes"]["bm25"]["recall_1"] == 1.0
+
+
+def test_every_mode_with_vectors(tmp_path: Path, loom_home: Path) -> None:
+    # the built-in model's vectors: semantic and hybrid are measured too; on these notes
+    # each puts the same targets where BM25 does (the Italian question is under the floor)
+    write(loom_home / "config.toml", "[embeddings]\nenabled = true\n")
+    for name, text in NOTES.items():
+        write(tmp_path / "notes" / name, text)
+    assert loom("scan", str(tmp_path / "notes")).returncode == 0
+    write(tmp_path / "q.toml", QUESTIONS)
+    done = loom("eval", "q.toml", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert list(report["modes"]) == ["bm25", "semantic", "hybrid"]
+    assert report["unavailable"] == {} and report["warnings"] == []
+    for figures in report["modes"].values():
+        assert (figures["recall_1"], figures["recall_5"], figures["mrr"],
+                figures["ask_file"]) == (0.6, 0.8, 0.7, 0.8)
+        assert [m["n"] for m in figures["misses"]] == [4]
