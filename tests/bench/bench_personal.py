@@ -98,9 +98,11 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--modes", default="bm25,hybrid")
     ap.add_argument("--no-scan", action="store_true", help="use the index as it is")
+    ap.add_argument("--home", type=Path, help="this LOOM_HOME instead of WORK/use (a copy "
+                    "of the index, e.g. to measure a branch that changes its format)")
     args = ap.parse_args()
     top = folder(args.work, args.corpus)
-    loom_home = home(args.work, top, args.minilm)
+    loom_home = args.home or home(args.work, top, args.minilm)
     if not args.no_scan:
         scan(loom_home)
     results: dict[str, dict] = {}
