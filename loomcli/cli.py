@@ -767,6 +767,38 @@ def _shorten(text: str, chars: int = 120) -> str:
     return flat if len(flat) <= chars else flat[:chars - 1] + "…"
 
 
+@app.command("eval")
+def eval_cmd(
+    questions: Annotated[Path, typer.Argument(
+        help="A TOML file of [[q]] entries: q (the question), targets (the files that "
+        "answer it), answer (a phrase it holds, optional).")],
+    mode: Annotated[str | None, typer.Option(
+        "--mode", help="Measure only this mode: bm25 | semantic | hybrid | auto (default: "
+        "every mode the index allows).", show_default=False)] = None,
+    answers: Annotated[bool, typer.Option(
+        "--answers", help="Also ask the configured LLM each question (plain and --agent) "
+        "and check each answer for the phrase and a citation.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure search and ask on your own questions: recall@1/5/10, MRR, what ask sends."""
+    from loomcli import evaluate
+
+    def progress(stage: str, i: int) -> None:
+        sys.stderr.write(f"\rloom eval: {stage} {i + 1}\x1b[K")
+        sys.stderr.flush()
+
+    report = evaluate.evaluate(_corpus(), questions, mode, answers,
+                               on_question=progress if sys.stderr.isatty() else None)
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[K")
+    for warning in report.warnings:
+        _err(f"warning: {warning}")
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        _out(evaluate.render(report))
+
+
 @app.command()
 def mcp() -> None:
     """Serve loom's tools to an agent over MCP on stdio (Claude Desktop, Claude Code, Codex)."""
