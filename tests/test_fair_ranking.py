@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -95,7 +96,11 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("fair")
     home = base / "home"
     notes = folder(base)
-    write(home / "config.toml", "[embeddings]\nenabled = true\n")
+    with socket.socket() as s:  # a port nothing listens on: ask must not call it
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    write(home / "config.toml", "[embeddings]\nenabled = true\n[llm]\nprovider = "
+          f'"ollama"\nendpoint = "http://127.0.0.1:{closed}"\n')
     old = os.environ.get("LOOM_HOME")
     os.environ["LOOM_HOME"] = str(home)
     try:
@@ -118,6 +123,12 @@ def home(indexed: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_note_beats_the_manual_holding_every_word(home, mode, query):
     found = paths(query, "--mode", mode)
     assert set(found[:2]) == {"hardware/ups-purchase.md", "hardware/ups-battery.md"}, found[:5]
+
+
+def test_ask_sends_the_notes_first(home):
+    shown = loom("ask", "which UPS did I buy?", "--show-context").stdout
+    sent = re.findall(r"^## \[(\S+)\] ", shown, re.M)
+    assert set(sent[:2]) == {"hardware/ups-purchase.md", "hardware/ups-battery.md"}, sent
 
 
 def test_every_word_still_first_when_no_word_is_rare(home):
