@@ -9,7 +9,7 @@ best and those closest in meaning each get weight / (RRF_K + rank), a passage fo
 both gets both, and a file scores as its best passage (plus its rank among whole files
 by BM25, for files whose vectors are pending or whose words are spread out). A long
 manual thus competes with a short note passage for passage, not by the number of its
-pages. On top of the fusion three rules:
+pages. On top of the fusion four rules:
 
 - no match means no match: a passage that only resembles the question must reach
   the floor (`floor()`: calibrated on nonsense and on the evaluation sets), else it is not a
@@ -18,7 +18,13 @@ pages. On top of the fusion three rules:
   query of a few words, not a question) all its rare words come first;
 - language-aware fusion: a question in another language than the passages closest to
   it (told by function words and scripts) leans on the vectors, since BM25 would only
-  find other texts in the question's language.
+  find other texts in the question's language;
+- never worse than its inputs: a file BM25 and the vectors both rank in their first
+  three is in hybrid's first three (`agreed_first`).
+
+BM25 alone ranks a few words by `lexical`: every word first, as a preference that a file
+holding the query's rare words shares, so a short note is not hidden behind a manual that
+happens to hold every word.
 
 Scores a person can read: semantic ones are cosines within [0, 1]; hybrid ones are the
 fused score over the best possible (1.0 = first in every list), files matched exactly

@@ -29,6 +29,8 @@ VARIANTS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
     "best passage, 0.5": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 0.5}),
     "no file vectors": ({}, {"file_vector": 0.0}),
     "best passage, fb 1": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_bm25": 1.0}),
+    "next passages 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {}),
+    "best passage, 1.5": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 1.5}),
 }
 
 
