@@ -319,7 +319,8 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
     for rank, (fid, _) in enumerate(files, 1):
         best[fid] = best.get(fid, 0.0) + scale * w.file_bm25 / (RRF_K + rank)
     if w.file_vector:
-        for rank, fid in enumerate(_files_by_meaning(pool)[:FILE_CANDIDATES], 1):
+        counts = index.passage_counts() if w.extra.get("fill_short") else None
+        for rank, fid in enumerate(_files_by_meaning(pool, counts)[:FILE_CANDIDATES], 1):
             best[fid] = best.get(fid, 0.0) + w.file_vector / (RRF_K + rank)
     top = ((w.passage_bm25 + w.file_bm25) * scale + w.passage_vector + w.file_vector
            ) / (RRF_K + 1)
@@ -374,14 +375,22 @@ def agreed_first(fused: list[Ranked], agreed: list[int]) -> list[Ranked]:
     return out
 
 
-def _files_by_meaning(pool: list[Any]) -> list[int]:
-    """Files ranked by their closest passages in the pool (see NEXT_PASSAGE_WEIGHT)."""
+def _files_by_meaning(pool: list[Any], counts: dict[int, int] | None = None) -> list[int]:
+    """Files ranked by their closest passages in the pool (see NEXT_PASSAGE_WEIGHT). With
+    `counts` (passages per file), a file of fewer than PASSAGES_COUNTED passages counts
+    its last one again for each it lacks: a one-passage note is all about what its
+    passage says, and weighs as a manual whose three closest passages are as close."""
     score: dict[int, float] = {}
     seen: dict[int, int] = {}
     for c in pool:
         k = seen.get(c.file_id, 0)
         if k < PASSAGES_COUNTED:
-            score[c.file_id] = score.get(c.file_id, 0.0) + c.score * NEXT_PASSAGE_WEIGHT ** k
+            add = c.score * NEXT_PASSAGE_WEIGHT ** k
+            have = (counts or {}).get(c.file_id, PASSAGES_COUNTED)
+            if counts is not None and k == have - 1:
+                add += sum(c.score * NEXT_PASSAGE_WEIGHT ** j
+                           for j in range(k + 1, PASSAGES_COUNTED))
+            score[c.file_id] = score.get(c.file_id, 0.0) + add
         seen[c.file_id] = k + 1
     return sorted(score, key=lambda f: -score[f])
 

@@ -21,7 +21,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-VARIANTS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
+VARIANTS: dict[str, tuple[dict[str, float], dict[str, object]]] = {
     # name: (module constants of retrieve, Weights fields)
     "file by best passage": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {}),
     "file vectors 1.0": ({}, {"file_vector": 1.0}),
@@ -31,6 +31,8 @@ VARIANTS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
     "best passage, fb 1": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_bm25": 1.0}),
     "next passages 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {}),
     "best passage, 1.5": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 1.5}),
+    "short files filled": ({}, {"extra": {"fill_short": True}}),
+    "filled, next 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {"extra": {"fill_short": True}}),
 }
 
 
@@ -52,6 +54,7 @@ def main() -> None:
     ap.add_argument("sets", nargs="+", type=Path)
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--ranks", type=Path)
+    ap.add_argument("--only", action="append", help="a variant to try (repeatable)")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as in a loom process
 
@@ -91,8 +94,9 @@ def main() -> None:
         "semantic": lambda q, v: named(retrieve.semantic(store, index, v, 10)),
         "hybrid": lambda q, v: named(retrieve.hybrid(store, index, v, q, 10)),
     }
-    if args.variants:
-        recipes.update({name: variant(*spec) for name, spec in VARIANTS.items()})
+    if args.variants or args.only:
+        recipes.update({name: variant(*spec) for name, spec in VARIANTS.items()
+                        if not args.only or name in args.only})
     ranks: dict[str, dict[str, int | None]] = {}
     for name, fn in recipes.items():
         line = f"{name:<22}"
