@@ -9,7 +9,7 @@ best and those closest in meaning each get weight / (RRF_K + rank), a passage fo
 both gets both, and a file scores as its best passage (plus its rank among whole files
 by BM25, for files whose vectors are pending or whose words are spread out). A long
 manual thus competes with a short note passage for passage, not by the number of its
-pages. On top of the fusion three rules:
+pages. On top of the fusion four rules:
 
 - no match means no match: a passage that only resembles the question must reach
   the floor (`floor()`: calibrated on nonsense and on the evaluation sets), else it is not a
@@ -18,7 +18,13 @@ pages. On top of the fusion three rules:
   query of a few words, not a question) all its rare words come first;
 - language-aware fusion: a question in another language than the passages closest to
   it (told by function words and scripts) leans on the vectors, since BM25 would only
-  find other texts in the question's language.
+  find other texts in the question's language;
+- never worse than its inputs: a file BM25 and the vectors both rank in their first
+  three is in hybrid's first three (`agreed_first`).
+
+BM25 alone ranks a few words by `lexical`: every word first, as a preference that a file
+holding the query's rare words shares, so a short note is not hidden behind a manual that
+happens to hold every word.
 
 Scores a person can read: semantic ones are cosines within [0, 1]; hybrid ones are the
 fused score over the best possible (1.0 = first in every list), files matched exactly
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from loomcli.excerpt import STOPWORDS, retrieval_query
 from loomcli.records import Record
@@ -72,6 +78,7 @@ FLOORS = {"local:minilm": MINILM_FLOOR}
 # passages down to this much below it are candidates too (the grid: recall with a floor
 # of 0.2 as with none, 0.06 less Italian with the floor itself).
 FLOOR_MARGIN = 0.1
+AGREED = 3  # a file both lists rank this high is never below it in hybrid (agreed_first)
 QUESTION_WORDS = 3  # more content words than this: a question (no rare-word pins)
 RARE_SHARE = 0.02  # a word in at most this share of the files is rare
 PIN_LIMIT = 50
@@ -193,14 +200,51 @@ class Weights(Record):
 def bm25(store: Store, query: str, limit: int, operator: str = "auto",
          among: Sequence[int] | None = None, prefix: bool = False) -> list[Ranked]:
     """Files by BM25. A question (more than QUESTION_WORDS content words) is ranked by
-    any of its content words; a few words by all of them, else any (`auto`). `prefix`:
-    the last word is being typed (store.quote_fts)."""
+    any of its content words; a few words by `lexical` (`auto`). `prefix`: the last word
+    is being typed (store.quote_fts)."""
     p = plan(query)
     if operator == "OR" or p.question:
         found = store.rank(p.content, limit, "OR", among)
+    elif operator == "auto":
+        found = lexical(store, p, limit, among, prefix)
     else:
         found = store.rank(query, limit, operator, among, prefix)
     return [Ranked(fid, score, "bm25") for fid, score in found]
+
+
+def lexical(store: Store, p: Plan, limit: int, among: Sequence[int] | None = None,
+            prefix: bool = False) -> list[tuple[int, float]]:
+    """A few words by BM25, their function words aside ("which UPS did I buy" is
+    "UPS buy"): the files holding every word first — a preference, not a gate: a file
+    holding every rare word of the query (RARE_SHARE) ranks among them by its score, so
+    a short note about the UPS beats a manual that holds "buy" somewhere too — then those
+    holding any word."""
+    words = query_words(p.content)
+    if len(words) < 2:
+        return store.rank(p.content, limit, "AND", among, prefix)
+    every = store.rank(p.content, limit, "AND", among, prefix)
+    wide = max(limit, FILE_CANDIDATES)
+    some = store.rank(p.content, wide, "OR", among, prefix)
+    rare = rare_words(store, p)
+    first = {fid for fid, _ in every}
+    if rare and len(rare) < len(words):
+        first |= {fid for fid, _ in store.rank(" ".join(rare), wide, "AND", among)}
+    score = dict(some)
+    for fid, s in every:
+        score.setdefault(fid, s)
+    lead = sorted(first, key=lambda f: -score.get(f, 0.0))
+    return ([(fid, score.get(fid, 0.0)) for fid in lead]
+            + [h for h in some if h[0] not in first])[:limit]
+
+
+def rare_words(store: Store, p: Plan) -> list[str]:
+    """The query's content words (phrases aside) found in at most RARE_SHARE of the
+    files (at least one)."""
+    total = max(1, store.file_count())
+    cap = max(1, int(total * RARE_SHARE))
+    words = [w for w in query_words(re.sub(r'"[^"]*"', " ", p.content))
+             if w.lower() not in STOPWORDS]
+    return [w for w in words if store.frequency(w, cap + 1) <= cap]
 
 
 def floor(index: Any) -> float:
@@ -235,12 +279,8 @@ def pins(store: Store, p: Plan, among: Sequence[int] | None) -> list[int]:
         out += [fid for fid, _ in store.rank(f'"{typed}"', PIN_LIMIT, "AND", among)
                 if fid not in out]
     if not p.question:
-        total = max(1, store.file_count())
-        cap = max(1, int(total * RARE_SHARE))
-        words = [w for w in query_words(re.sub(r'"[^"]*"', " ", p.content))
-                 if w.lower() not in STOPWORDS]
         # A few words, some rare: the files that hold every rare one were asked for.
-        exact += [w for w in words if store.frequency(w, cap + 1) <= cap]
+        exact += rare_words(store, p)
     if exact:
         out += [fid for fid, _ in store.rank(" ".join(exact), PIN_LIMIT, "AND", among)
                 if fid not in out]
@@ -260,6 +300,7 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
     least = floor(index) if w.floor is None else w.floor
     if pool and pool[0].score >= least:
         least -= FLOOR_MARGIN
+    by_meaning = _first_files((c.file_id for c in pool if c.score >= least), AGREED)
     pool = [c for c in pool if c.score >= least or c.file_id in lexical_files]
     close = pool[:PASSAGE_CANDIDATES]
     scale = 1.0
@@ -278,7 +319,8 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
     for rank, (fid, _) in enumerate(files, 1):
         best[fid] = best.get(fid, 0.0) + scale * w.file_bm25 / (RRF_K + rank)
     if w.file_vector:
-        for rank, fid in enumerate(_files_by_meaning(pool)[:FILE_CANDIDATES], 1):
+        counts = index.passage_counts() if w.extra.get("fill_short") else None
+        for rank, fid in enumerate(_files_by_meaning(pool, counts)[:FILE_CANDIDATES], 1):
             best[fid] = best.get(fid, 0.0) + w.file_vector / (RRF_K + rank)
     top = ((w.passage_bm25 + w.file_bm25) * scale + w.passage_vector + w.file_vector
            ) / (RRF_K + 1)
@@ -298,17 +340,57 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
         if fid not in best:
             out.append(Ranked(fid, 0.5, "bm25"))
     out.sort(key=lambda r: -r.score)
+    if by_meaning:
+        by_words = [r.file_id for r in bm25(store, query, AGREED, among=among)]
+        out = agreed_first(out, [f for f in by_words if f in by_meaning])
     return out[:limit]
 
 
-def _files_by_meaning(pool: list[Any]) -> list[int]:
-    """Files ranked by their closest passages in the pool (see NEXT_PASSAGE_WEIGHT)."""
+def _first_files(file_ids: Iterable[int], count: int) -> list[int]:
+    """The first `count` distinct files of a list of passages' files."""
+    out: list[int] = []
+    for fid in file_ids:
+        if fid not in out:
+            out.append(fid)
+            if len(out) == count:
+                break
+    return out
+
+
+def agreed_first(fused: list[Ranked], agreed: list[int]) -> list[Ranked]:
+    """The fusion never worse than its inputs: a file both BM25 and the vectors rank in
+    their first AGREED (`agreed`, at most AGREED files) is moved up to place AGREED or
+    better (the k-th of them, in fused order, to AGREED - len(agreed) + k at worst),
+    taking the score of the file it passes so the scores still read best first."""
+    if not agreed:
+        return fused
+    moved = [r for r in fused if r.file_id in agreed]
+    rest = [r for r in fused if r.file_id not in agreed]
+    out = list(rest)
+    for k, r in enumerate(moved):
+        at = min(fused.index(r), AGREED - len(moved) + k)
+        if at < len(out) and out[at].score > r.score:
+            r = Ranked(r.file_id, out[at].score, r.match, r.near)
+        out.insert(at, r)
+    return out
+
+
+def _files_by_meaning(pool: list[Any], counts: dict[int, int] | None = None) -> list[int]:
+    """Files ranked by their closest passages in the pool (see NEXT_PASSAGE_WEIGHT). With
+    `counts` (passages per file), a file of fewer than PASSAGES_COUNTED passages counts
+    its last one again for each it lacks: a one-passage note is all about what its
+    passage says, and weighs as a manual whose three closest passages are as close."""
     score: dict[int, float] = {}
     seen: dict[int, int] = {}
     for c in pool:
         k = seen.get(c.file_id, 0)
         if k < PASSAGES_COUNTED:
-            score[c.file_id] = score.get(c.file_id, 0.0) + c.score * NEXT_PASSAGE_WEIGHT ** k
+            add = c.score * NEXT_PASSAGE_WEIGHT ** k
+            have = (counts or {}).get(c.file_id, PASSAGES_COUNTED)
+            if counts is not None and k == have - 1:
+                add += sum(c.score * NEXT_PASSAGE_WEIGHT ** j
+                           for j in range(k + 1, PASSAGES_COUNTED))
+            score[c.file_id] = score.get(c.file_id, 0.0) + add
         seen[c.file_id] = k + 1
     return sorted(score, key=lambda f: -score[f])
 

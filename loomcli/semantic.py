@@ -86,9 +86,19 @@ class VectorIndex:
         self.vecs = np.frombuffer(b"".join(r[3] for r in rows),
                                   dtype=np.int8).reshape(-1, max(dim, 1))
         self.scales = np.frombuffer(b"".join(r[4] for r in rows), dtype=np.float32)
+        self._counts: dict[int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def passage_counts(self) -> dict[int, int]:
+        """How many passages each file has (made once per index)."""
+        if self._counts is None:
+            import numpy as np
+
+            ids, counts = np.unique(self.ids, return_counts=True)
+            self._counts = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+        return self._counts
 
     def similarities(self, query: Any) -> Any:
         return _similarities(self.vecs, self.scales, query)

@@ -21,7 +21,15 @@ from pathlib import Path, PurePosixPath
 from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted, markdown
-from loomcli.migrations import CHUNK_SHIFT, check_owner, chunk_texts, migrate, put_note
+from loomcli.migrations import (
+    CHUNK_SHIFT,
+    check_owner,
+    chunk_texts,
+    exact_form,
+    migrate,
+    put_note,
+    words_apart,
+)
 from loomcli.records import Record
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
@@ -149,15 +157,18 @@ def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
     Words are split on white space; `e-mail` stays one phrase ("e mail"), and so does a
     `"quoted phrase"` (its words adjacent, in order). A run of CJK or Thai characters is
     looked for as the phrase of its character pairs (scripts.py). Text with no letters
-    or digits gives "" (no query). `prefix`: the last word, when it ends the text and has
-    PREFIX_MIN_CHARS or more, matches the words it starts (as you type).
+    or digits gives "" (no query). An acronym (UPS, iOS) matches only itself, as
+    written (migrations.EXACT_MARK). `prefix`: the last word, when it ends the text and
+    has PREFIX_MIN_CHARS or more, matches the words it starts (as you type; an acronym
+    being typed too).
     """
     words = query_words(query)
-    terms = [_fts_term(w) for w in words]
-    if prefix and words and terms[-1] == _quoted(words[-1]) and query.rstrip() == query \
-            and query.endswith(words[-1]) and len(words[-1]) >= PREFIX_MIN_CHARS \
-            and words[-1][-1].isalnum():
-        terms[-1] += "*"
+    exact = not _shouted(words)
+    terms = [_fts_term(w, exact) for w in words]
+    if prefix and words and _fts_term(words[-1], False) == _quoted(words[-1]) \
+            and query.rstrip() == query and query.endswith(words[-1]) \
+            and len(words[-1]) >= PREFIX_MIN_CHARS and words[-1][-1].isalnum():
+        terms[-1] = _quoted(words[-1]) + "*"
     return f" {operator} ".join(filter(None, terms))
 
 
@@ -165,8 +176,28 @@ def _quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def _fts_term(word: str) -> str:
-    """One query word (or phrase) as an FTS5 expression."""
+_EDGES = "\"'.,;:!?()[]{}<>"
+
+
+def acronym(word: str) -> str | None:
+    """The form a query word that is an acronym (UPS, iOS, macOS; punctuation around it
+    aside) is indexed as apart (migrations.EXACT_MARK), else None."""
+    return exact_form(word.strip(_EDGES))
+
+
+def _shouted(words: list[str]) -> bool:
+    """Whether a query is typed in capitals throughout (WHICH UPS DID I BUY): then its
+    capitals say nothing about acronyms."""
+    letters = [w for w in words if any(c.isalpha() for c in w)]
+    return len(letters) >= 3 and all(w == w.upper() for w in letters)
+
+
+def _fts_term(word: str, exact: bool = True) -> str:
+    """One query word (or phrase) as an FTS5 expression. An acronym (`exact`: unless
+    the whole query is in capitals) matches only itself, as written."""
+    form = acronym(word) if exact else None
+    if form is not None:
+        return f"grams : {_quoted(form)}"
     if not scripts.has_runs(word):
         return _quoted(word)
     rest, runs = scripts.split_word(word)
@@ -575,8 +606,7 @@ class Store:
         self._insert_once(_INSERT_DOC, (file_id, doc.text, pages))
         self.conn.execute("INSERT INTO grams_todo (id) VALUES (?)", (file_id,))
         # Title and text apart (as one f-string, a huge text was copied whole).
-        found = [g for g in (scripts.bigram_text(doc.title), scripts.bigram_text(doc.text))
-                 if g is not None]
+        found = [g for g in (words_apart(doc.title), words_apart(doc.text)) if g is not None]
         if found:
             self._insert_once(_INSERT_CJK, (file_id, "\n".join(found)))
         del found

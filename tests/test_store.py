@@ -38,7 +38,7 @@ def test_wal_mode_and_migrations_recorded(store):
     assert names == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks",
                      "006_scripts_and_passages", "007_stable_paths_and_skips",
                      "008_finite_vectors", "009_grams_todo", "010_ocr_fingerprint",
-                     "012_notes"]
+                     "011_exact_words", "012_notes"]
 
 
 def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):
@@ -197,8 +197,8 @@ def test_an_index_from_before_migration_010_tries_its_ocr_failures_once(tmp_path
     from loomcli import migrations
 
     path = tmp_path / "old.db"
-    monkeypatch.setattr(migrations, "MIGRATIONS",
-                        [m for m in migrations.MIGRATIONS if m[0] < "010"])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS
+                                                   if m[0] < "010_ocr_fingerprint"])
     Store.open(path, create=True).close()
     conn = sqlite3.connect(path)
     rows = [("scan.pdf", None, "PDF has no text layer (scanned or image-only pages) — …"),

@@ -1,0 +1,125 @@
+r"""Where the target file ranks in BM25, in the vectors and in hybrid, question by question
+(issue 31, item 3: the fusion never worse than its inputs), and the file-level fusion
+recipes tried for item 1. Over the index LOOM_HOME (or LOOM_CONFIG) names, with vectors:
+
+    LOOM_HOME=/work/evalidx/use python tests/bench/bench_fusion.py \
+        tests/bench/eval/personal.toml tests/bench/eval/everyday.toml \
+        tests/bench/eval/questions.toml [--variants] [--ranks ranks.json]
+
+Prints recall@5 / MRR@10 per set and language for each recipe, then how many questions
+have their target in the first 3 of both BM25 and the vectors but below 3rd in hybrid;
+`--ranks` writes every question's rank in each list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+VARIANTS: dict[str, tuple[dict[str, float], dict[str, object]]] = {
+    # name: (module constants of retrieve, Weights fields)
+    "file by best passage": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {}),
+    "file vectors 1.0": ({}, {"file_vector": 1.0}),
+    "best passage, 1.0": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 1.0}),
+    "best passage, 0.5": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 0.5}),
+    "no file vectors": ({}, {"file_vector": 0.0}),
+    "best passage, fb 1": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_bm25": 1.0}),
+    "next passages 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {}),
+    "best passage, 1.5": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 1.5}),
+    "short files filled": ({}, {"extra": {"fill_short": True}}),
+    "filled, next 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {"extra": {"fill_short": True}}),
+}
+
+
+class Cached:
+    """The store's BM25 answers, kept: every recipe asks the same ones."""
+
+    def __init__(self, store):
+        self._store = store
+        self.rank = functools.lru_cache(maxsize=None)(store.rank)
+        self.rank_passages = functools.lru_cache(maxsize=None)(store.rank_passages)
+        self.frequency = functools.lru_cache(maxsize=None)(store.frequency)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sets", nargs="+", type=Path)
+    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--ranks", type=Path)
+    ap.add_argument("--only", action="append", help="a variant to try (repeatable)")
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as in a loom process
+
+    from loomcli import retrieve, semantic
+    from loomcli.operations import Corpus
+    from loomcli.store import Store
+
+    corpus = Corpus.default()
+    raw = Store.open(corpus.index_path)
+    store = Cached(raw)
+    paths = dict(raw.paths())
+    embedder = corpus._embedder()
+    dims = raw.vector_dims(embedder.identity)
+    index = semantic.vector_index(raw, embedder.identity, max(dims, key=lambda d: dims[d]))
+    sets = {p.stem: tomllib.loads(p.read_text())["q"] for p in args.sets}
+    vectors = {q["q"]: embedder.embed([q["q"]])[0] for qs in sets.values() for q in qs}
+    print(f"{len(index):,} passages, {len(paths):,} files")
+
+    def named(ranked) -> list[str]:
+        return [paths.get(r.file_id, "?") for r in ranked]
+
+    def variant(constants: dict[str, float], weights: dict[str, float]) -> Callable:
+        def run(q: str, v) -> list[str]:
+            old = {k: getattr(retrieve, k) for k in constants}
+            for k, x in constants.items():
+                setattr(retrieve, k, x)
+            try:
+                return named(retrieve.hybrid(store, index, v, q, 10,
+                                             weights=retrieve.Weights(**weights)))
+            finally:
+                for k, x in old.items():
+                    setattr(retrieve, k, x)
+        return run
+
+    recipes: dict[str, Callable] = {
+        "bm25": lambda q, v: named(retrieve.bm25(store, q, 10)),
+        "semantic": lambda q, v: named(retrieve.semantic(store, index, v, 10)),
+        "hybrid": lambda q, v: named(retrieve.hybrid(store, index, v, q, 10)),
+    }
+    if args.variants or args.only:
+        recipes.update({name: variant(*spec) for name, spec in VARIANTS.items()
+                        if not args.only or name in args.only})
+    ranks: dict[str, dict[str, int | None]] = {}
+    for name, fn in recipes.items():
+        line = f"{name:<22}"
+        for set_name, qs in sets.items():
+            by_lang: dict[str, list[int | None]] = {}
+            for q in qs:
+                got = fn(q["q"], vectors[q["q"]])
+                rank = next((i for i, p in enumerate(got[:10], 1) if p in q["targets"]), None)
+                ranks.setdefault(q["q"], {})[name] = rank
+                by_lang.setdefault(q.get("lang", ""), []).append(rank)
+            for lang, rs in sorted(by_lang.items()):
+                r5 = sum(1 for r in rs if r and r <= 5) / len(rs)
+                mrr = sum(1 / r for r in rs if r) / len(rs)
+                line += f"  {set_name}-{lang}({len(rs)}) {r5:.2f}/{mrr:.2f}"
+        print(line, flush=True)
+    worse = [(q, r) for q, r in ranks.items() if (r["bm25"] or 99) <= 3
+             and (r["semantic"] or 99) <= 3 and (r["hybrid"] or 99) > 3]
+    print(f"target in both lists' first 3, below 3rd in hybrid: {len(worse)}")
+    for q, r in worse:
+        print(f"  {q!r}: bm25 {r['bm25']}, semantic {r['semantic']}, hybrid {r['hybrid']}")
+    if args.ranks:
+        args.ranks.write_text(json.dumps(ranks, indent=1))
+
+
+if __name__ == "__main__":
+    main()
