@@ -856,7 +856,12 @@ class Corpus:
             warnings.append(f"could not learn the model's window, assuming "
                             f"{providers.DEFAULT_WINDOW:,} tokens: {exc}")
             told = providers.Window(providers.DEFAULT_WINDOW, "default")
-        return window.plan(provider.name, told.tokens, told.source, top_k=top_k,
+        if told.warning:
+            warnings.append(told.warning)
+        # Sized by the configured top_k, not this request's: Ollama reloads the model
+        # whenever num_ctx changes, so clients alternating top_k must not change it.
+        return window.plan(provider.name, told.tokens, told.source,
+                           top_k=self.config.get("ask.top_k"),
                            file_budget_chars=self.config.get("ask.file_budget_chars"),
                            max_answer_tokens=self.config.get("llm.max_answer_tokens"))
 

@@ -41,7 +41,8 @@ class Behaviour:
     non_stream: bool = False  # answer OpenAI chat with one JSON document
     # The context window, in tokens: None keeps everything (no window).
     window: int | None = None
-    model_length: int = 32768  # what /api/show advertises as the model's own length
+    model_length: int = 32768  # the model's own length (what /api/show advertises)
+    show_length: Any = None  # /api/show advertises this instead (a hostile `true`, say)
     refuse_times: int | None = None  # llama.cpp: refuse only the first N long prompts
     # Which OpenAI-compatible server tells the window, and where: "llama.cpp" (GET /props),
     # "vllm" (GET /v1/models max_model_len), "lmstudio" (GET /api/v0/models).
@@ -111,7 +112,9 @@ class FakeLLM:
                     time.sleep(b.stall_s)
                 if self.path == "/api/show":
                     self._json(200, {"model_info": {"general.architecture": "llama",
-                                                    "llama.context_length": b.model_length},
+                                                    "llama.context_length":
+                                                        b.model_length if b.show_length is None
+                                                        else b.show_length},
                                      "parameters": ""})
                     return
                 if b.status != 200:

@@ -30,6 +30,7 @@ from loomcli.ask.assemble import (
 )
 from loomcli.ask.call import answer
 from loomcli.ask.quotes import Quote
+from loomcli.errors import QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask.window import Budget
@@ -125,10 +126,27 @@ def build_prompt(store: Store, question: str, hits: list[Hit], *, top_k: int, bu
                            tokens_max=window.prompt_tokens if window else None,
                            rule=rule or DEFAULT_RULE)
     if not done.used:
+        if done.smallest is not None and window is not None:
+            raise _none_fits(len(done.account), done.smallest, done.room or 0, window)
         return None
     return Prompt(INSTRUCTIONS, "\n".join(done.blocks) + "\n" + question_block(question),
                   done.used, account=done.account, budget=window,
                   prompt_tokens=done.prompt_tokens)
+
+
+def _none_fits(matched: int, smallest: tuple[str, int], room: int, window: Budget
+               ) -> QueryError:
+    from loomcli.ask.assemble import MIN_BLOCK_CHARS
+
+    path, tokens = smallest
+    files = "1 indexed file matches" if matched == 1 else f"{matched} indexed files match"
+    return QueryError(
+        f"{files} the question, but none fits the model's window: {window.window_tokens:,} "
+        f"tokens ({window.source}) less {window.answer_tokens:,} for the answer leave "
+        f"{max(0, room):,} after the instructions and the question, and the smallest block "
+        f"({MIN_BLOCK_CHARS} characters of {path}) takes about {tokens:,}; nothing was sent",
+        "raise [llm] context_tokens to the model's real window (or the server's), or ask "
+        "a shorter question")
 
 
 def citations(answer: str, used: list[UsedFile]) -> list[str]:

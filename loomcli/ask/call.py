@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loomcli.ask import quotes as quotes_mod
-from loomcli.errors import ContextExceeded
+from loomcli.errors import ContextExceeded, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
@@ -58,7 +58,10 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
                 raise
             if retried or rebuild is None:
                 raise _refused(exc, prompt, provider) from None
-            smaller = rebuild(budget.halved())
+            try:
+                smaller = rebuild(budget.halved())
+            except QueryError:  # at half the budget no file fits any more
+                smaller = None
             if smaller is None:
                 raise _refused(exc, prompt, provider) from None
             smaller.warnings = [*prompt.warnings, f"{provider.endpoint} refused a prompt of "

@@ -63,6 +63,12 @@ class Message:
 class Window:
     tokens: int
     source: str  # e.g. "ollama /api/show", "config", "llama.cpp /props", "default"
+    warning: str = ""  # the server told something unusable, so this is a fallback
+
+
+def window_tokens(value: Any) -> int | None:
+    """A window a server told, when it is one: an int above 0 (a bool is not an int)."""
+    return value if type(value) is int and value > 0 else None
 
 
 class Provider(Protocol):

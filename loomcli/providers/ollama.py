@@ -26,6 +26,7 @@ from loomcli.providers import (
     only_text,
     plain_messages,
     text,
+    window_tokens,
 )
 
 
@@ -45,9 +46,16 @@ class Ollama:
             keys = [f"{arch}.context_length"] if isinstance(arch, str) else []
             keys += [k for k in info if k.endswith(".context_length")]
             for key in keys:
-                value = info.get(key)
-                if isinstance(value, int) and value > 0:
-                    return Window(value, "ollama /api/show")
+                tokens = window_tokens(info.get(key))
+                if tokens is not None:
+                    return Window(tokens, "ollama /api/show")
+            told = {k: info[k] for k in keys if k in info}
+            if told:
+                key, value = next(iter(told.items()))
+                return Window(DEFAULT_WINDOW, "default", f"{self.endpoint}/api/show told "
+                              f"{key} = {json.dumps(value)[:40]}, not a number of tokens; "
+                              f"assuming {DEFAULT_WINDOW:,} (set [llm] context_tokens to "
+                              "the model's window)")
         return Window(DEFAULT_WINDOW, "default")
 
     def chat(self, messages: list[Message], *, tools: list[ToolSpec] | None = None,

@@ -29,6 +29,7 @@ from loomcli.providers import (
     plain_messages,
     sse_data,
     text,
+    window_tokens,
 )
 
 # Hosted models' windows, by the longest matching name prefix (their published limits).
@@ -74,8 +75,8 @@ class OpenAICompatible:
                 data = self.http.get_json(self.base() + path, self._headers())
             except ProviderError:
                 continue
-            tokens = find(data)
-            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+            tokens = window_tokens(find(data))
+            if tokens is not None:
                 return Window(tokens, source)
         if known:
             return Window(known, "known model")
