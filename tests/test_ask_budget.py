@@ -162,3 +162,68 @@ def test_a_window_that_is_not_a_number_falls_back_with_one_warning(tmp_path, loo
     if told is not None:
         [warning] = [w for w in data["warnings"] if "/api/show" in w]
         assert "not a number of tokens" in warning and "context_tokens" in warning
+
+
+# -- a kept huge answer: the summary call fits the window, estimates stay bounded --------------
+
+MIXED = ["The warp tension is fine. ", "工作坊记录每一匹布。", "Привет мир. ", "ひらがなカタカナ",
+         "🤖→∞ ", "0x1f3a sn9c102 ", "snake_case_name ", "\r\n"]
+
+
+def mixed_answer(chars: int, seed: int = 1) -> str:
+    rng = random.Random(seed)
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        out.append(rng.choice(MIXED))
+        size += len(out[-1])
+    return "".join(out)[:chars]
+
+
+def test_every_request_of_a_follow_up_fits_the_window_after_a_huge_answer(tmp_path, loom_home,
+                                                                          llm):
+    """The rolling summary's call sent the whole kept answer (8.3 MB with num_ctx 16,384)."""
+    from . import tokens
+
+    root = tmp_path / "n"
+    for i in range(3):
+        write(root / f"n{i}.md", sysctl_doc(i))
+    assert loom("scan", str(root)).returncode == 0
+    llm.behaviour.window = llm.behaviour.model_length = 16384
+    configure(loom_home, "ollama", llm.url)
+    huge = mixed_answer(1_500_000)
+    llm.behaviour.answer = [huge[i:i + 20_000] for i in range(0, len(huge), 20_000)]
+    assert loom("ask", QUESTION).returncode == 0
+    llm.behaviour.answer = ["It is 10 seconds [n0.md]."]
+    for follow_up in ("and the softlockup threshold?", "and hung tasks?", "shorter?"):
+        proc = loom("ask", "-c", follow_up)
+        assert proc.returncode == 0, proc.stderr
+    chats = llm.chats()
+    assert len(chats) >= 5  # the first ask, three follow-ups and at least one summary
+    assert any("Summarise the conversation" in c["body"]["messages"][0]["content"]
+               for c in chats)
+    for chat, sent, kept in zip(chats, llm.sent, llm.kept, strict=True):
+        num_ctx = chat["body"]["options"]["num_ctx"]
+        assert num_ctx == 16384
+        assert tokens.count(sent) + chat["body"]["options"]["num_predict"] <= num_ctx
+        assert kept == sent
+
+
+@pytest.mark.parametrize("turns", [1, 2])
+def test_recalling_a_huge_kept_answer_costs_what_the_budget_does(turns):
+    """A follow-up after a kept 7.8 MB answer of mixed scripts: 14 s of CPU (one turn) and
+    2.6 s (two) were spent estimating the same answer again and again."""
+    import time
+
+    from loomcli.ask import history
+    from loomcli.conversations import Conversation, Turn
+
+    answer = mixed_answer(7_800_000)
+    kept = [Turn(1, "q1?", answer)] + ([Turn(2, "q2?", "a short answer")] if turns == 2
+                                      else [])
+    conv = Conversation("c1", "t", 0.0, 0.0, turns=kept)
+    started = time.process_time()
+    got = history.recall(conv, 5000, estimate.estimate)
+    spent = time.process_time() - started
+    assert 0 < got.tokens <= 5000
+    assert spent < 1.0, spent
