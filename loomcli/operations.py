@@ -839,6 +839,8 @@ class Corpus:
         endpoint), less the answer's reserve. No provider configured: the character
         bounds only. Without a provider given (`--show-context`), a server that cannot
         be asked is a warning and the default window."""
+        import dataclasses
+
         from loomcli import providers
         from loomcli.ask import window
         from loomcli.errors import ProviderError
@@ -860,10 +862,11 @@ class Corpus:
             warnings.append(told.warning)
         # Sized by the configured top_k, not this request's: Ollama reloads the model
         # whenever num_ctx changes, so clients alternating top_k must not change it.
-        return window.plan(provider.name, told.tokens, told.source,
-                           top_k=self.config.get("ask.top_k"),
-                           file_budget_chars=self.config.get("ask.file_budget_chars"),
-                           max_answer_tokens=self.config.get("llm.max_answer_tokens"))
+        planned = window.plan(provider.name, told.tokens, told.source,
+                              top_k=self.config.get("ask.top_k"),
+                              file_budget_chars=self.config.get("ask.file_budget_chars"),
+                              max_answer_tokens=self.config.get("llm.max_answer_tokens"))
+        return dataclasses.replace(planned, ratio=window.learned_ratio(provider))
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
@@ -933,7 +936,8 @@ class Corpus:
             return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
                                clock=clock, retrieve_with=retrieve_with, recalled=recalled)
 
-        result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
+        result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild,
+                            on_warning=on_warning)
         result.timings["total_ms"] = round((clock() - started) * 1000, 1)
         return result
 

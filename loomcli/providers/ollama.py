@@ -21,6 +21,7 @@ from loomcli.providers import (
     ToolSpec,
     Window,
     arr,
+    count,
     json_lines,
     obj,
     only_text,
@@ -34,6 +35,7 @@ class Ollama:
     def __init__(self, http: HttpSettings) -> None:
         self.http = http
         self.name, self.endpoint, self.model = "ollama", http.endpoint, http.model
+        self.prompt_count: int | None = None
 
     def window(self) -> Window:
         return self.http.cached_window(self._learn_window)
@@ -76,6 +78,7 @@ class Ollama:
                 for t in tools]
         http = self.http
         calls = 0
+        self.prompt_count = None
         for data in json_lines(http, http.post_lines(f"{self.endpoint}/api/chat", body, {})):
             if data.get("error"):
                 raise http.fail(str(data["error"])[:300])
@@ -97,6 +100,9 @@ class Ollama:
                                text(http, fn.get("name"), "a tool's name"),
                                obj(http, args, "tool arguments"))
             if data.get("done"):
+                # The tokens of the prompt as evaluated: after any cut to num_ctx, and
+                # with those read from its cache (older versions: without them).
+                self.prompt_count = count(data.get("prompt_eval_count"))
                 return
 
     def stream(self, system: str, user: str) -> Iterator[str]:
