@@ -42,8 +42,12 @@ RATIO_FLOOR = 0.6
 RATIO_CEILING = 2.0  # a model whose tokenizer counts up to twice the estimate
 RATIO_MODELS = 64  # models remembered at most (least recently used go)
 # A count below this share of the estimate is not a whole prompt's (a cut, or tokens
-# read from a prompt cache that an older Ollama leaves out of prompt_eval_count).
-PLAUSIBLE = 0.5
+# read from a prompt cache that an older Ollama leaves out of prompt_eval_count): English
+# of long common words counts 0.49 of the estimate (cl100k_base), nothing measured less.
+PLAUSIBLE = 0.35
+# An Ollama count on a cut's numbers (below) and under this share of the estimate is a
+# cut: one that keeps half the window counts about 0.55 of a prompt that filled it.
+CUT_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,7 @@ def silent_cut(counted: int | None, estimated: int, num_ctx: int | None) -> int 
     cache lower the count of older versions too, so a low count alone proves nothing:
     it must also land on one of those numbers, for the num_ctx sent or a size Ollama
     picks by itself."""
-    if counted is None or num_ctx is None or counted >= estimated * PLAUSIBLE:
+    if counted is None or num_ctx is None or counted >= estimated * CUT_SHARE:
         return None
     for size in sorted({num_ctx, *OLLAMA_SIZES}):
         if abs(counted - size) <= 2 or abs(counted - (size // 2 + 2)) <= 2:
