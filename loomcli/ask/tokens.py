@@ -45,7 +45,7 @@ _PIECE = re.compile(
     r"|(?P<digits>\d+)"
     r"|(?P<spaces>[ \t]{2,})"
     r"|(?P<blank>[^\S \t])"  # a line break, a \r, a no-break space: one each
-    r"|(?P<punct>(?:[^\w\s]|_)+)")
+    r"|(?P<punct>[^\w\s]+|_+)")
 
 
 def raw_estimate(text: str) -> int:
