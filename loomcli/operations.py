@@ -1022,6 +1022,8 @@ class Corpus:
         endpoint), less the answer's reserve. No provider configured: the character
         bounds only. Without a provider given (`--show-context`), a server that cannot
         be asked is a warning and the default window."""
+        import dataclasses
+
         from loomcli import providers
         from loomcli.ask import window
         from loomcli.errors import ProviderError
@@ -1039,9 +1041,15 @@ class Corpus:
             warnings.append(f"could not learn the model's window, assuming "
                             f"{providers.DEFAULT_WINDOW:,} tokens: {exc}")
             told = providers.Window(providers.DEFAULT_WINDOW, "default")
-        return window.plan(provider.name, told.tokens, told.source, top_k=top_k,
-                           file_budget_chars=self.config.get("ask.file_budget_chars"),
-                           max_answer_tokens=self.config.get("llm.max_answer_tokens"))
+        if told.warning:
+            warnings.append(told.warning)
+        # Sized by the configured top_k, not this request's: Ollama reloads the model
+        # whenever num_ctx changes, so clients alternating top_k must not change it.
+        planned = window.plan(provider.name, told.tokens, told.source,
+                              top_k=self.config.get("ask.top_k"),
+                              file_budget_chars=self.config.get("ask.file_budget_chars"),
+                              max_answer_tokens=self.config.get("llm.max_answer_tokens"))
+        return dataclasses.replace(planned, ratio=window.learned_ratio(provider))
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
@@ -1128,6 +1136,7 @@ class Corpus:
         said = len(prompt.warnings)
         if on_sending is not None:
             on_sending(prompt, chosen.model)
+        # every warning of the call (a silent cut, a refusal, a cut answer) said once, here
         result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
         for warning in result.warnings[said:] if on_warning else ():  # a cut answer, a retry
             on_warning(warning)  # type: ignore[misc]

@@ -8,6 +8,15 @@ It also keeps a context window the way the real servers do (`Behaviour.window`):
   longer prompt; what it kept is recorded in `kept` (tests assert kept == sent);
 - as llama.cpp: `GET /props` → `n_ctx`; a prompt past it is refused with HTTP 400
   "the request exceeds the available context size".
+Each chat reports its prompt's token count as its API does: Ollama's `prompt_eval_count`
+in the last line (what it evaluated: after a cut, and with an older version's prompt
+cache only the tokens past the cached prefix, `Behaviour.cache_lowers`), OpenAI's
+`usage.prompt_tokens` in a last chunk when the request asks with `stream_options`
+(every prompt token), Anthropic's `usage.input_tokens` in `message_start` (without those
+read from its cache, counted in `cache_read_input_tokens`). `Behaviour.real_window`: an
+Ollama that holds fewer tokens than the num_ctx asked (its memory, OLLAMA_CONTEXT_LENGTH)
+and cuts silently; `cut_half`: a newer runner that keeps num_ctx / 2 + 2 tokens of a
+longer prompt instead of num_ctx.
 Tokens are counted by `tests.tokens` (a real BPE vocabulary where one is installed).
 """
 
@@ -44,11 +53,16 @@ class Behaviour:
     non_stream: bool = False  # answer OpenAI chat with one JSON document
     # The context window, in tokens: None keeps everything (no window).
     window: int | None = None
-    model_length: int = 32768  # what /api/show advertises as the model's own length
+    model_length: int = 32768  # the model's own length (what /api/show advertises)
+    show_length: Any = None  # /api/show advertises this instead (a hostile `true`, say)
     refuse_times: int | None = None  # llama.cpp: refuse only the first N long prompts
     # Which OpenAI-compatible server tells the window, and where: "llama.cpp" (GET /props),
     # "vllm" (GET /v1/models max_model_len), "lmstudio" (GET /api/v0/models).
     told_by: str = "llama.cpp"
+    real_window: int | None = None  # Ollama: holds at most this many, whatever num_ctx says
+    cut_half: bool = False  # Ollama: a cut keeps num_ctx / 2 + 2 tokens (newer runners)
+    cache_lowers: bool = False  # the count leaves out the prefix shared with the last prompt
+    report_counts: bool = True  # report prompt token counts at all
 
 
 class RecordingHandler(BaseHTTPRequestHandler):
@@ -85,6 +99,9 @@ class FakeLLM:
         self.kept: list[str] = []  # what the window kept of each chat's prompt (Ollama)
         self.sent: list[str] = []  # each chat's whole prompt
         self.refused = 0
+        self.counts: list[int] = []  # each chat's prompt tokens as reported
+        self.previous = ""  # the last prompt (a prompt cache's prefix)
+        self.cached_last = 0  # tokens of the last prompt found in the cache
         self.closed = threading.Event()  # an endless stream saw the client hang up
         self.paused = threading.Event()  # a stream is held (Behaviour.pause_after)
         self.resume = threading.Event()
@@ -116,7 +133,9 @@ class FakeLLM:
                     time.sleep(b.stall_s)
                 if self.path == "/api/show":
                     self._json(200, {"model_info": {"general.architecture": "llama",
-                                                    "llama.context_length": b.model_length},
+                                                    "llama.context_length":
+                                                        b.model_length if b.show_length is None
+                                                        else b.show_length},
                                      "parameters": ""})
                     return
                 if b.status != 200:
@@ -133,9 +152,12 @@ class FakeLLM:
                     text = prompt_text(self.path, body)
                     fake.sent.append(text)
                     if self.path == "/api/chat" and b.window is not None:
-                        num_ctx = (body.get("options") or {}).get("num_ctx") \
-                            or OLLAMA_DEFAULT_NUM_CTX
-                        fake.kept.append(tokens.keep_last(text, min(num_ctx, b.model_length)))
+                        num_ctx = min((body.get("options") or {}).get("num_ctx")
+                                      or OLLAMA_DEFAULT_NUM_CTX, b.model_length,
+                                      b.real_window or b.model_length)
+                        if b.cut_half and tokens.count(text) > num_ctx:
+                            num_ctx = num_ctx // 2 + 2
+                        fake.kept.append(tokens.keep_last(text, num_ctx))
                     elif self.path == "/v1/chat/completions" and b.window is not None:
                         n = tokens.count(text)
                         if n > b.window and (b.refuse_times is None
@@ -150,6 +172,10 @@ class FakeLLM:
                         fake.kept.append(text)
                     else:
                         fake.kept.append(text)
+                if self.path in ("/api/chat", "/v1/chat/completions", "/v1/messages"):
+                    self.prompt_tokens = fake.count(self.path, text)
+                    self.cached = fake.cached_last
+                self.body = body
                 if b.raw is not None:
                     self._stream("application/octet-stream", b.raw)
                 elif b.huge_line_bytes:
@@ -174,8 +200,11 @@ class FakeLLM:
                                                    {"function": {"name": n, "arguments": a}}
                                                    for n, a in b.tool_calls]},
                                    "done": False})
-                chunks.append({"message": {"role": "assistant", "content": ""}, "done": True,
-                               "done_reason": "stop"})
+                last: dict[str, Any] = {"message": {"role": "assistant", "content": ""},
+                                        "done": True, "done_reason": "stop"}
+                if b.report_counts:
+                    last |= {"prompt_eval_count": self.prompt_tokens, "eval_count": len(b.answer)}
+                chunks.append(last)
                 self._stream("application/x-ndjson",
                              [(json.dumps(c) + "\n").encode() for c in chunks])
 
@@ -188,8 +217,13 @@ class FakeLLM:
                                                "content": "".join(b.answer) or None}
                     if calls:
                         message["tool_calls"] = calls
-                    self._json(200, {"id": "x", "object": "chat.completion", "choices": [
-                        {"index": 0, "message": message, "finish_reason": "stop"}]})
+                    whole: dict[str, Any] = {"id": "x", "object": "chat.completion", "choices": [
+                        {"index": 0, "message": message, "finish_reason": "stop"}]}
+                    if b.report_counts:
+                        whole["usage"] = {"prompt_tokens": self.prompt_tokens,
+                                          "completion_tokens": len(b.answer),
+                                          "total_tokens": self.prompt_tokens + len(b.answer)}
+                    self._json(200, whole)
                     return
                 chunks = [{"choices": [{"index": 0, "delta": {"content": p}}]}
                           for p in b.answer]
@@ -206,12 +240,24 @@ class FakeLLM:
                 chunks.append({"choices": [{"index": 0, "delta": {},
                                             "finish_reason": "tool_calls" if calls
                                             else "stop"}]})
+                asked = (self.body.get("stream_options") or {}).get("include_usage")
+                if b.report_counts and asked:
+                    chunks.append({"choices": [], "usage": {
+                        "prompt_tokens": self.prompt_tokens, "completion_tokens": len(b.answer),
+                        "total_tokens": self.prompt_tokens + len(b.answer)}})
                 self._stream("text/event-stream",
                              [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]
                              + [b"data: [DONE]\n\n"])
 
             def _anthropic(self, b: Behaviour) -> None:
-                events: list[dict[str, Any]] = [{"type": "message_start"}]
+                start: dict[str, Any] = {"type": "message_start", "message": {
+                    "id": "msg_1", "type": "message", "role": "assistant", "content": []}}
+                if b.report_counts:
+                    start["message"]["usage"] = {
+                        "input_tokens": self.prompt_tokens - self.cached, "output_tokens": 1,
+                        "cache_read_input_tokens": self.cached,
+                        "cache_creation_input_tokens": 0}
+                events: list[dict[str, Any]] = [start]
                 index = 0
                 if b.answer:
                     events.append({"type": "content_block_start", "index": 0,
@@ -300,6 +346,22 @@ class FakeLLM:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def count(self, path: str, text: str) -> int:
+        """The prompt's tokens as the API reports them (what was kept of it; an older
+        Ollama with a cache: only those past the prefix shared with the last prompt)."""
+        kept = self.kept[-1] if self.kept else text
+        n = tokens.count(kept)
+        shared = 0
+        if self.behaviour.cache_lowers and self.previous:
+            while (shared < min(len(kept), len(self.previous))
+                   and kept[shared] == self.previous[shared]):
+                shared += 1
+        self.previous = kept
+        cached = tokens.count(kept[:shared]) if shared else 0
+        self.counts.append(n - cached if path == "/api/chat" else n)
+        self.cached_last = cached
+        return self.counts[-1] if path == "/api/chat" else n
 
     def chats(self) -> list[dict[str, Any]]:
         return [r for r in self.requests

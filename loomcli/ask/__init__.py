@@ -15,7 +15,9 @@ The modules, one job each:
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ from loomcli.ask.assemble import (
 )
 from loomcli.ask.call import answer
 from loomcli.ask.quotes import Quote
+from loomcli.errors import QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask.window import Budget
@@ -126,12 +129,39 @@ def build_prompt(store: Store, question: str, hits: list[Hit], *, top_k: int, bu
     done = assemble_blocks(store, question, hits, top_k=top_k, budget=budget,
                            head_chars=head_chars, near=near,
                            tokens_max=window.prompt_tokens if window else None,
-                           rule=rule or DEFAULT_RULE)
+                           rule=rule or DEFAULT_RULE,
+                           estimate=_scaled(window.ratio if window else 1.0))
     if not done.used:
+        if done.smallest is not None and window is not None:
+            raise _none_fits(len(done.account), done.smallest, done.room or 0, window)
         return None
     return Prompt(INSTRUCTIONS, "\n".join(done.blocks) + "\n" + question_block(question),
                   done.used, account=done.account, budget=window,
                   prompt_tokens=done.prompt_tokens)
+
+
+def _scaled(ratio: float) -> Callable[[str], int]:
+    """The estimate in the model's own tokens, as its server's counts taught (ratio)."""
+    from loomcli.ask import tokens
+
+    if ratio == 1.0:
+        return tokens.estimate
+    return lambda text: math.ceil(tokens.estimate(text) * ratio)
+
+
+def _none_fits(matched: int, smallest: tuple[str, int], room: int, window: Budget
+               ) -> QueryError:
+    from loomcli.ask.assemble import MIN_BLOCK_CHARS
+
+    path, tokens = smallest
+    files = "1 indexed file matches" if matched == 1 else f"{matched} indexed files match"
+    return QueryError(
+        f"{files} the question, but none fits the model's window: {window.window_tokens:,} "
+        f"tokens ({window.source}) less {window.answer_tokens:,} for the answer leave "
+        f"{max(0, room):,} after the instructions and the question, and the smallest block "
+        f"({MIN_BLOCK_CHARS} characters of {path}) takes about {tokens:,}; nothing was sent",
+        "raise [llm] context_tokens to the model's real window (or the server's), or ask "
+        "a shorter question")
 
 
 def citations(answer: str, used: list[UsedFile]) -> list[str]:

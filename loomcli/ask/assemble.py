@@ -8,8 +8,13 @@ question are never cut; the files give way. How they give way (`RULES`):
 - "fewer": files in rank order at their full budget while they fit; the last one that
   does not fit is cut to what is left (if that is `MIN_BLOCK_CHARS` or more), the rest
   are left out;
-- "shorter": every file gets an equal share of what is left, so all top_k are sent with
-  shorter excerpts.
+- "shorter": every file gets an equal share of what is left (among the slots still
+  open, never more slots than files still to try), so all top_k are sent with shorter
+  excerpts.
+A file over its share is excerpted again from what its block really took (a whole file is
+shorter than its budget) down to `MIN_BLOCK_CHARS`; one that cannot fit even then is left
+out and the next files are still tried. Files that match but none fits: the caller says
+so (the window, the smallest block), never "no file matches".
 `DEFAULT_RULE` was chosen by measurement (tests/bench/bench_window.py, 80 questions over
 the kernel docs and LaTeX manuals, share of the answers sent with no window that the
 model still sees): "shorter" 0.93 / 1.00 / 0.85 / 1.00 at 2k / 4k / 8k / 32k, "fewer"
@@ -104,6 +109,8 @@ class Assembly:
     used: list[UsedFile]
     account: list[FileAccount]
     prompt_tokens: int
+    smallest: tuple[str, int] | None = None  # nothing sent: the least one file needed
+    room: int | None = None  # the files' room in tokens, when the window is known
 
 
 def question_block(question: str) -> str:
@@ -167,15 +174,11 @@ def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int,
     account: list[FileAccount] = []
     seen_hashes: dict[bytes, str] = {}
     sent: list[tuple[str, set[int]]] = []
-    full = False
-    for hit in hits:
-        if len(used) == top_k:
+    smallest: tuple[str, int] | None = None  # the least a left-out file needed, in tokens
+    no_room = 0  # files left out for want of room since the last one sent
+    for n, hit in enumerate(hits):
+        if len(used) == top_k or no_room >= top_k:
             break
-        if full:
-            account.append(FileAccount(hit.path, "left out", "no room"))
-            if len(account) - len(used) >= top_k:
-                break
-            continue
         row = store.file(hit.file_id)
         if row.hash is not None and row.hash in seen_hashes:
             account.append(FileAccount(hit.path, "left out",
@@ -186,34 +189,30 @@ def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int,
         body_start = store.body_start(hit.file_id)[1]  # a note's front matter is not sent
         share = None
         if room is not None:
-            share = room if rule == "fewer" else room // max(1, top_k - len(used))
-        chars = budget
-        fitted = None
-        for _ in range(SHRINK_TRIES):
-            block, part, pages = _block(hit, text, question, chars, head_chars, near,
-                                        page_starts, body_start)
-            cost = estimate(block) + 1
-            if share is None or cost <= share:
-                fitted = (block, part, pages, cost)
-                break
-            chars = int(chars * share / cost * 0.95)
-            if chars < MIN_BLOCK_CHARS:
-                break
+            # "shorter": an equal share of what is left among the slots still open (no
+            # more slots than files still to try).
+            slots = max(1, min(top_k - len(used), len(hits) - n))
+            share = room if rule == "fewer" else room // slots
+        fitted, chars, least = _fit(hit, text, question, budget, share, head_chars, near,
+                                    page_starts, estimate, body_start)
         if fitted is None:
             account.append(FileAccount(hit.path, "left out", "no room"))
-            full = True
+            if smallest is None or least < smallest[1]:
+                smallest = (hit.path, least)
+            no_room += 1
             continue
-        block, part, pages = fitted[0], fitted[1], fitted[2]
+        block, part, pages, cost = fitted
         marks = shingles(part.text)
         copy = near_copy(marks, sent)
         if copy is not None:
             account.append(FileAccount(hit.path, "left out", f"near-copy of {copy}"))
             continue
+        no_room = 0
         if row.hash is not None:
             seen_hashes[row.hash] = hit.path
         sent.append((hit.path, marks))
         if room is not None:
-            room -= fitted[3]
+            room -= cost
         blocks.append(block)
         byte_spans = _byte_spans(text, part.spans)
         used.append(UsedFile(hit.path, hit.title, row.content_len, part.spans, byte_spans,
@@ -222,9 +221,31 @@ def assemble_blocks(store: Store, question: str, hits: list[Hit], *, top_k: int,
                              page_starts))
         status = "trimmed" if part.cut else "whole"
         reason = ("window" if chars < budget else "excerpt") if part.cut else ""
-        account.append(FileAccount(hit.path, status, reason, len(block), fitted[3]))
+        account.append(FileAccount(hit.path, status, reason, len(block), cost))
     total = fixed + sum(a.tokens for a in account if a.status != "left out")
-    return Assembly(blocks, used, account, total)
+    return Assembly(blocks, used, account, total, None if used else smallest,
+                    None if room is None else (tokens_max or 0) - fixed)
+
+
+def _fit(hit: Hit, text: str, question: str, budget: int, share: int | None, head_chars: int,
+         near: Near | None, page_starts: list[int] | None, estimate: Callable[[str], int],
+         body_start: int = 0) -> tuple[tuple[str, Any, list[int], int] | None, int, int]:
+    """The file's block within `share` tokens (None: it cannot fit even at
+    `MIN_BLOCK_CHARS`), the characters it was given, and its last (smallest) cost.
+    Each try shrinks from what the last block really took (a whole file is shorter than
+    its budget), down to the minimum block, never below it."""
+    chars = budget
+    cost = 0
+    for _ in range(SHRINK_TRIES):
+        block, part, pages = _block(hit, text, question, chars, head_chars, near, page_starts,
+                                    body_start)
+        cost = estimate(block) + 1
+        if share is None or cost <= share:
+            return (block, part, pages, cost), chars, cost
+        if chars <= MIN_BLOCK_CHARS:
+            break
+        chars = max(MIN_BLOCK_CHARS, int(min(chars, len(block)) * share / cost * 0.95))
+    return None, chars, cost
 
 
 def _block(hit: Hit, text: str, question: str, chars: int, head_chars: int,

@@ -2,7 +2,10 @@
 the server still refuses the prompt as too long, then check quotes and cite.
 
 Never a silent cut: a second refusal is one ContextExceeded line saying which window, how
-many tokens were sent and how to raise it.
+many tokens were sent and how to raise it. The server's own count of the prompt is kept
+(`window.observe`: the ratio that gives known models the room the margin wastes); an
+Ollama count that shows a silent cut (`window.silent_cut`) is warned about once per model
+and, when nothing was streamed yet, the prompt is sent again within the window it kept.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING
 from loomcli.ask import quotes as quotes_mod
 from loomcli.ask.bounded import Bounded, answer_limit
 from loomcli.ask.tokens import raw_estimate
-from loomcli.errors import ContextExceeded
+from loomcli.errors import ContextExceeded, QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
@@ -28,11 +31,16 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
+_WARNED: set[tuple[str, str, str]] = set()  # models already warned of a silent cut
+
+
 def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | None = None,
            *, rebuild: Rebuild | None = None,
-           clock: Callable[[], float] = time.perf_counter) -> Answer:
+           clock: Callable[[], float] = time.perf_counter,
+           on_warning: Callable[[str], None] | None = None) -> Answer:
     """Send the prompt in one call; stream the answer's pieces to on_text. `rebuild(budget)`
-    assembles the prompt again under a smaller budget, for one retry after a refusal."""
+    assembles the prompt again under a smaller budget, for one retry after a refusal or
+    a silent cut."""
     from loomcli import ask
     from loomcli.providers import plain_messages
 
@@ -40,6 +48,7 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
     started = clock()
     first: float | None = None
     retried = False
+    counted: int | None = None
     while True:
         budget = prompt.budget
         stream = Bounded(provider.chat(plain_messages(prompt.system, prompt.user),
@@ -56,13 +65,22 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
                 pieces.append(piece)
                 if on_text:
                     on_text(piece)
-            break
+            counted = getattr(provider, "prompt_count", None)
+            smaller = _after(prompt, provider, counted, on_text is not None,
+                             None if retried else rebuild, on_warning)
+            if smaller is None:
+                break
+            pieces, first, prompt, retried = [], None, smaller, True
+            continue
         except ContextExceeded as exc:
             if pieces or budget is None:
                 raise
             if retried or rebuild is None:
                 raise _refused(exc, prompt, provider) from None
-            smaller = rebuild(budget.halved())
+            try:
+                smaller = rebuild(budget.halved())
+            except QueryError:  # at half the budget no file fits any more
+                smaller = None
             if smaller is None:
                 raise _refused(exc, prompt, provider) from None
             smaller.warnings = [*prompt.warnings, f"{provider.endpoint} refused a prompt of "
@@ -78,8 +96,54 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
                "model_ms": _ms(done - started)}
     sources = [quotes_mod.Source(u.path, [quotes_mod.Piece(o, t) for o, t in u.pieces],
                                  u.page_starts) for u in prompt.used]
+    context = prompt.context()
+    if context is not None:
+        context["server_prompt_tokens"] = counted
     return ask.Answer(text, ask.citations(text, prompt.used), prompt.used, prompt.warnings,
-                      prompt.context(), quotes_mod.check(text, sources), timings)
+                      context, quotes_mod.check(text, sources), timings)
+
+
+def _after(prompt: Prompt, provider: Provider, counted: int | None, streamed: bool,
+           rebuild: Rebuild | None, on_warning: Callable[[str], None] | None
+           ) -> Prompt | None:
+    """Learn from the server's count of the prompt; on an Ollama silent cut, warn (once
+    per model) and return the prompt rebuilt within what the server kept, when the
+    answer was not streamed yet (else None: the answer stands)."""
+    from loomcli.ask import window
+
+    budget = prompt.budget
+    if budget is None:
+        return None
+    estimated = max(1, round(prompt.prompt_tokens / budget.ratio))
+    cut = (window.silent_cut(counted, estimated, budget.context_tokens)
+           if provider.name == "ollama" else None)
+    if cut is None or counted is None:
+        window.observe(provider, estimated, counted)
+        return None
+    kept = cut if cut < budget.window_tokens else budget.window_tokens // 2
+    smaller = None
+    if rebuild is not None and not streamed:
+        try:
+            smaller = rebuild(budget.within(kept, f"{provider.endpoint} kept {counted:,}")
+                              if cut < budget.window_tokens else budget.halved())
+        except QueryError:
+            smaller = None
+    message = (f"{provider.endpoint} evaluated only {counted:,} of the ~{estimated:,} prompt "
+               f"tokens loom sent with num_ctx {budget.context_tokens:,}: Ollama cut the "
+               f"prompt silently (its window holds about {cut:,}); "
+               + ("sent again within it" if smaller is not None else
+                  "this answer saw only the prompt's end")
+               + f" — set [llm] context_tokens to {kept:,} or less")
+    key = (provider.name, provider.endpoint, provider.model)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        if on_warning is not None:
+            on_warning(message)
+        prompt.warnings = [*prompt.warnings, message]
+    if smaller is not None:
+        smaller.warnings = [*prompt.warnings]
+        smaller.timings = prompt.timings
+    return smaller
 
 
 def _refused(exc: ContextExceeded, prompt: Prompt, provider: Provider) -> ContextExceeded:

@@ -4,8 +4,9 @@ It counts what a BPE pre-tokenizer splits text into: a word of Latin letters is 
 token per `LATIN_CHARS` letters (at least one), a word mixing letters and digits (hex,
 identifiers) one per two characters, a common CJK, kana or Hangul character one,
 a Cyrillic or Greek letter 0.8, letters of other scripts, symbols and emoji
-by their UTF-8 bytes, digits in threes, a run of one repeated mark (an rST underline) one per
-16, other punctuation one per two marks, a line break one, a run of spaces one.
+by their UTF-8 bytes, digits in threes, a run of one repeated mark (an rST underline)
+or of spaces one per 16, other punctuation (and underscores) one per two marks, a line
+break (or other blank but a space) one.
 
 Measured against cl100k_base, a real BPE vocabulary (`tests/bench/bench_window.py`), on
 4,000-character pieces of English prose, reStructuredText, code and tables, Italian,
@@ -30,6 +31,10 @@ RUN_CHARS = 16  # marks per token in a run of one repeated mark (=====, -----)
 OTHER_PER_BYTE = 0.75
 CYRILLIC_GREEK = 0.8  # tokens per Cyrillic or Greek letter (Greek: 0.77 measured)
 MARGIN = 1.28  # 1 / 0.785, the worst measured ratio of raw estimate to real count
+# No piece holds more than RUN_CHARS characters a token, and a piece is followed by at most
+# one uncounted space: a text of n characters is estimated at n / TOKEN_CHARS_MAX tokens or
+# more, so what fits T tokens is within its first (T + 1) * TOKEN_CHARS_MAX characters.
+TOKEN_CHARS_MAX = RUN_CHARS + 1
 
 _PIECE = re.compile(
     r"(?P<mixed>(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z\d]{2,})"
@@ -38,9 +43,9 @@ _PIECE = re.compile(
     r"|(?P<cyrgreek>[\u0370-\u03ff\u0400-\u052f]+)"
     r"|(?P<other>[^\W\d_]+)"
     r"|(?P<digits>\d+)"
-    r"|(?P<newline>\n)"
     r"|(?P<spaces>[ \t]{2,})"
-    r"|(?P<punct>[^\w\s]+)")
+    r"|(?P<blank>[^\S \t])"  # a line break, a \r, a no-break space: one each
+    r"|(?P<punct>[^\w\s]+|_+)")
 
 
 def raw_estimate(text: str) -> int:
@@ -68,6 +73,8 @@ def raw_estimate(text: str) -> int:
             else:  # symbols, emoji, control characters: by their bytes
                 n += sum(max(1, math.ceil(len(c.encode("utf-8")) * OTHER_PER_BYTE))
                          for c in piece)
+        elif kind == "spaces":
+            n += math.ceil(size / RUN_CHARS)
         else:
             n += 1
     return math.ceil(n)

@@ -95,7 +95,7 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
         provider = get_provider()
         plan = budget(corpus, provider, question, settings.history_share)
         recalled = history.recall(conv, plan.history_tokens, plan.estimate, history.summarizer(
-            model_text(provider, plan.budget.context_tokens)))
+            model_text(provider, plan.budget.context_tokens), plan.budget.window_tokens))
     result: ask.Answer | None = None
     if settings.agent and provider is not None and plan is not None:
         try:

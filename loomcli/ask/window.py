@@ -6,11 +6,20 @@ configuration: the smallest of `OLLAMA_SIZES` that holds a prompt at the configu
 bounds (`top_k` × `file_budget_chars`) plus the answer's reserve, never above the model's
 own length (or `[llm] context_tokens` when set). Other servers have their window already;
 loom learns it and fits the prompt inside.
+
+The server's own count of each prompt (`Provider.prompt_count`) teaches loom how its
+estimate compares with the model's tokenizer: `learned_ratio` (real / estimated, per
+provider, endpoint and model, in memory beside the window cache, at most `RATIO_KEEP`
+counts each) scales the estimate once `RATIO_EVIDENCE` counts agree, never below
+`RATIO_FLOOR` nor below the highest recent count plus `RATIO_SAFETY`. A count lower than
+a cached prompt could explain is not evidence; Ollama's silent cut is told apart by the
+numbers it leaves (`silent_cut`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,6 +33,21 @@ FIXED_TOKENS_PLAN = 1000  # instructions, headers and a question, when sizing nu
 ANSWER_SHARE = 8  # the answer's default reserve: an eighth of the window...
 ANSWER_MIN, ANSWER_MAX = 256, 2048  # ...within these bounds
 WINDOW_MIN = 512  # a window smaller than this cannot hold instructions and a question
+RATIO_KEEP = 8  # the server's counts kept per model (the newest)
+RATIO_EVIDENCE = 3  # counts needed before the estimate is scaled below 1
+RATIO_SAFETY = 1.1  # the ratio used: the highest recent real/estimated, plus a tenth
+# The ratio is never below this: the estimate with its margin over-counts English prose
+# by about 1.5 (bench_window.py; real/estimated 0.63-0.70), Chinese and Japanese barely.
+RATIO_FLOOR = 0.6
+RATIO_CEILING = 2.0  # a model whose tokenizer counts up to twice the estimate
+RATIO_MODELS = 64  # models remembered at most (least recently used go)
+# A count below this share of the estimate is not a whole prompt's (a cut, or tokens
+# read from a prompt cache that an older Ollama leaves out of prompt_eval_count): English
+# of long common words counts 0.49 of the estimate (cl100k_base), nothing measured less.
+PLAUSIBLE = 0.35
+# An Ollama count on a cut's numbers (below) and under this share of the estimate is a
+# cut: one that keeps half the window counts about 0.55 of a prompt that filled it.
+CUT_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -33,6 +57,7 @@ class Budget:
     source: str  # how the window was learned
     context_tokens: int | None = None  # sent to the server (Ollama's num_ctx), if any
     model_tokens: int | None = None  # the model's own length, when it is more than sent
+    ratio: float = 1.0  # the model's tokens per estimated token, learned (1: not yet)
 
     @property
     def prompt_tokens(self) -> int:
@@ -51,11 +76,19 @@ class Budget:
         """For a server that refused the prompt anyway: half the prompt's room."""
         return replace(self, answer_tokens=self.answer_tokens + self.prompt_tokens // 2)
 
+    def within(self, tokens: int, source: str) -> Budget:
+        """The budget for a server that really holds only `tokens` (a silent cut)."""
+        window = max(WINDOW_MIN, min(self.window_tokens, tokens))
+        return replace(self, window_tokens=window, source=source,
+                       answer_tokens=min(self.answer_tokens, answer_reserve(window, None)))
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"window_tokens": self.window_tokens,
                                "answer_tokens": self.answer_tokens, "source": self.source}
         if self.model_tokens and self.model_tokens != self.window_tokens:
             out["model_tokens"] = self.model_tokens
+        if self.ratio != 1.0:
+            out["token_ratio"] = round(self.ratio, 3)
         return out
 
 
@@ -85,3 +118,53 @@ def plan(provider_name: str, window: int, source: str, *, top_k: int, file_budge
         num_ctx = min(fits[0] if fits else OLLAMA_SIZES[-1], window)
     return Budget(num_ctx, answer_reserve(num_ctx, max_answer_tokens), source,
                   context_tokens=num_ctx, model_tokens=window)
+
+
+# What each (provider, endpoint, model) counted against loom's estimate: real / estimated.
+_RATIOS: OrderedDict[tuple[str, str, str], deque[float]] = OrderedDict()
+
+
+def _key(provider: Any) -> tuple[str, str, str]:
+    return (str(provider.name), str(provider.endpoint), str(provider.model))
+
+
+def learned_ratio(provider: Any) -> float:
+    """The model's tokens per estimated token: 1 until `RATIO_EVIDENCE` counts say
+    otherwise, then the highest recent one times `RATIO_SAFETY`, within the bounds."""
+    seen = _RATIOS.get(_key(provider))
+    if not seen:
+        return 1.0
+    top = max(seen) * RATIO_SAFETY
+    if top < 1.0 and len(seen) < RATIO_EVIDENCE:
+        return 1.0
+    return min(RATIO_CEILING, max(RATIO_FLOOR, top))
+
+
+def observe(provider: Any, estimated: int, counted: int | None) -> bool:
+    """Keep the server's count of a prompt estimated at `estimated` tokens (unscaled);
+    False when the count is not a whole prompt's and was not kept."""
+    if counted is None or estimated <= 0 or counted < estimated * PLAUSIBLE:
+        return False
+    key = _key(provider)
+    seen = _RATIOS.setdefault(key, deque(maxlen=RATIO_KEEP))
+    _RATIOS.move_to_end(key)
+    seen.append(counted / estimated)
+    while len(_RATIOS) > RATIO_MODELS:
+        _RATIOS.popitem(last=False)
+    return True
+
+
+def silent_cut(counted: int | None, estimated: int, num_ctx: int | None) -> int | None:
+    """The window an Ollama server really kept, when its prompt_eval_count shows that it
+    cut the prompt; else None. Ollama cuts a prompt longer than its context to the
+    context (older runners: "truncating input prompt" limit=N new=N) or to half of it
+    plus two (newer ones), and counts only what it kept. Tokens read from its prompt
+    cache lower the count of older versions too, so a low count alone proves nothing:
+    it must also land on one of those numbers, for the num_ctx sent or a size Ollama
+    picks by itself."""
+    if counted is None or num_ctx is None or counted >= estimated * CUT_SHARE:
+        return None
+    for size in sorted({num_ctx, *OLLAMA_SIZES}):
+        if abs(counted - size) <= 2 or abs(counted - (size // 2 + 2)) <= 2:
+            return size
+    return None

@@ -65,12 +65,27 @@ class Message:
 class Window:
     tokens: int
     source: str  # e.g. "ollama /api/show", "config", "llama.cpp /props", "default"
+    warning: str = ""  # the server told something unusable, so this is a fallback
+
+
+def count(value: Any) -> int | None:
+    """A token count a server reported, when it is one (an int of 0 or more)."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def window_tokens(value: Any) -> int | None:
+    """A window a server told, when it is one: an int above 0 (a bool is not an int)."""
+    return value if type(value) is int and value > 0 else None
 
 
 class Provider(Protocol):
     name: str
     endpoint: str
     model: str
+    # What the server said the last chat's prompt took, in its own tokens (None: it did
+    # not say): Ollama's prompt_eval_count, OpenAI's usage.prompt_tokens, Anthropic's
+    # usage.input_tokens plus the tokens it read from or wrote to its prompt cache.
+    prompt_count: int | None
 
     def window(self) -> Window: ...  # cached per model+endpoint
 

@@ -18,6 +18,7 @@ from loomcli.providers import (
     ToolCall,
     ToolSpec,
     Window,
+    count,
     obj,
     only_text,
     plain_messages,
@@ -35,6 +36,7 @@ class Anthropic:
     def __init__(self, http: HttpSettings) -> None:
         self.http = http
         self.name, self.endpoint, self.model = "anthropic", http.endpoint, http.model
+        self.prompt_count: int | None = None
 
     def window(self) -> Window:
         return self.http.cached_window(lambda: Window(CLAUDE_WINDOW, "known model"))
@@ -54,8 +56,12 @@ class Anthropic:
         url = f"{self.endpoint.removesuffix('/v1')}/v1/messages"
         http = self.http
         blocks: dict[int, dict[str, Any]] = {}  # index -> a tool_use block being assembled
+        self.prompt_count = None
         for data in sse_data(http.post_lines(url, body, headers), http):
             kind = data.get("type")
+            if kind == "message_start":
+                self.prompt_count = _input_tokens(obj(http, obj(
+                    http, data.get("message"), "a `message`").get("usage"), "`usage`"))
             if kind == "error":
                 err = obj(http, data.get("error"), "an `error`")
                 raise http.fail(str(err.get("message", data))[:300])
@@ -86,6 +92,16 @@ class Anthropic:
 
     def stream(self, system: str, user: str) -> Iterator[str]:
         return only_text(self.chat(plain_messages(system, user)))
+
+
+def _input_tokens(usage: dict[str, Any]) -> int | None:
+    """The whole prompt: `input_tokens` counts only what follows the last cache
+    breakpoint; what was read from or written to the cache is counted apart."""
+    tokens = count(usage.get("input_tokens"))
+    if tokens is None:
+        return None
+    return tokens + sum(count(usage.get(k)) or 0 for k in ("cache_read_input_tokens",
+                                                          "cache_creation_input_tokens"))
 
 
 def _tool_call(block: dict[str, Any]) -> ToolCall:

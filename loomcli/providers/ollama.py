@@ -9,6 +9,7 @@ results as `role: "tool"` messages.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,12 +21,14 @@ from loomcli.providers import (
     ToolSpec,
     Window,
     arr,
+    count,
     json_lines,
     obj,
     only_text,
     plain_messages,
     text,
     tool_call,
+    window_tokens,
 )
 
 
@@ -33,6 +36,7 @@ class Ollama:
     def __init__(self, http: HttpSettings) -> None:
         self.http = http
         self.name, self.endpoint, self.model = "ollama", http.endpoint, http.model
+        self.prompt_count: int | None = None
 
     def window(self) -> Window:
         return self.http.cached_window(self._learn_window)
@@ -45,9 +49,16 @@ class Ollama:
             keys = [f"{arch}.context_length"] if isinstance(arch, str) else []
             keys += [k for k in info if k.endswith(".context_length")]
             for key in keys:
-                value = info.get(key)
-                if isinstance(value, int) and value > 0:
-                    return Window(value, "ollama /api/show")
+                tokens = window_tokens(info.get(key))
+                if tokens is not None:
+                    return Window(tokens, "ollama /api/show")
+            told = {k: info[k] for k in keys if k in info}
+            if told:
+                key, value = next(iter(told.items()))
+                return Window(DEFAULT_WINDOW, "default", f"{self.endpoint}/api/show told "
+                              f"{key} = {json.dumps(value)[:40]}, not a number of tokens; "
+                              f"assuming {DEFAULT_WINDOW:,} (set [llm] context_tokens to "
+                              "the model's window)")
         return Window(DEFAULT_WINDOW, "default")
 
     def chat(self, messages: list[Message], *, tools: list[ToolSpec] | None = None,
@@ -68,6 +79,7 @@ class Ollama:
                 for t in tools]
         http = self.http
         calls = 0
+        self.prompt_count = None
         for data in json_lines(http, http.post_lines(f"{self.endpoint}/api/chat", body, {})):
             if data.get("error"):
                 raise http.fail(str(data["error"])[:300])
@@ -83,6 +95,9 @@ class Ollama:
                                 text(http, fn.get("name"), "a tool's name"),
                                 fn.get("arguments"))
             if data.get("done"):
+                # The tokens of the prompt as evaluated: after any cut to num_ctx, and
+                # with those read from its cache (older versions: without them).
+                self.prompt_count = count(data.get("prompt_eval_count"))
                 return
 
     def stream(self, system: str, user: str) -> Iterator[str]:

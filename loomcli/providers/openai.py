@@ -24,12 +24,14 @@ from loomcli.providers import (
     ToolSpec,
     Window,
     arr,
+    count,
     obj,
     only_text,
     plain_messages,
     sse_data,
     text,
     tool_call,
+    window_tokens,
 )
 
 # Hosted models' windows, by the longest matching name prefix (their published limits).
@@ -49,6 +51,7 @@ class OpenAICompatible:
     def __init__(self, http: HttpSettings) -> None:
         self.http = http
         self.name, self.endpoint, self.model = "openai", http.endpoint, http.model
+        self.prompt_count: int | None = None
 
     def base(self) -> str:
         # Accept both "http://host:port" and "http://host:port/v1" as the endpoint.
@@ -75,8 +78,8 @@ class OpenAICompatible:
                 data = self.http.get_json(self.base() + path, self._headers())
             except ProviderError:
                 continue
-            tokens = find(data)
-            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+            tokens = window_tokens(find(data))
+            if tokens is not None:
                 return Window(tokens, source)
         if known:
             return Window(known, "known model")
@@ -93,7 +96,10 @@ class OpenAICompatible:
              max_tokens: int | None = None, context_tokens: int | None = None
              ) -> Iterator[str | ToolCall]:
         # context_tokens: the server's window is its own; nothing to send for it.
+        # stream_options: a streamed answer ends with a chunk holding `usage` (its
+        # prompt_tokens count every prompt token, those from a prompt cache too).
         body: dict[str, Any] = {"model": self.model, "stream": True,
+                                "stream_options": {"include_usage": True},
                                 "messages": [_message(m) for m in messages]}
         if max_tokens:
             body["max_tokens"] = int(max_tokens)
@@ -103,10 +109,14 @@ class OpenAICompatible:
                 for t in tools]
         http = self.http
         pending: dict[int, dict[str, Any]] = {}  # tool-call index -> id, name, argument text
+        self.prompt_count = None
         for data in sse_data(http.post_lines(self.url(), body, self._headers()), http):
             if data.get("error"):
                 err = data["error"]
                 raise http.fail(str(err.get("message") if isinstance(err, dict) else err)[:300])
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                self.prompt_count = count(usage.get("prompt_tokens"))
             for choice in arr(http, data.get("choices"), "`choices`"):
                 choice = obj(http, choice, "a choice")
                 # A streamed chunk has `delta`; a whole answer has `message`.
