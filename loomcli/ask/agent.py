@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from loomcli import tools
 from loomcli.ask.bounded import Bounded, answer_limit
 from loomcli.ask.tokens import raw_estimate
-from loomcli.console import safe
 from loomcli.errors import LoomError, ProviderError
 from loomcli.providers import Message, ToolCall, ToolSpec
+from loomcli.sanitize import safe
 
 if TYPE_CHECKING:
     from loomcli.operations import Corpus

@@ -12,8 +12,8 @@ import re
 import time
 from collections.abc import Callable, Iterator
 
-from loomcli.console import utf8
 from loomcli.providers import StreamCut, ToolCall
+from loomcli.sanitize import utf8
 
 SLACK = 2  # an answer may take this many times its reserve (estimates differ from the
 SLACK_MIN_TOKENS = 256  # model's own count), and at least this many tokens more

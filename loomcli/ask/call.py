@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from loomcli.ask import quotes as quotes_mod
 from loomcli.ask.bounded import Bounded, answer_limit
+from loomcli.ask.prompt import Answer, citations
 from loomcli.ask.tokens import raw_estimate
 from loomcli.errors import ContextExceeded, QueryError
 
 if TYPE_CHECKING:
-    from loomcli.ask import Answer, Prompt
+    from loomcli.ask.prompt import Prompt
     from loomcli.ask.window import Budget
     from loomcli.providers import Provider
 
@@ -41,7 +42,6 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
     """Send the prompt in one call; stream the answer's pieces to on_text. `rebuild(budget)`
     assembles the prompt again under a smaller budget, for one retry after a refusal or
     a silent cut."""
-    from loomcli import ask
     from loomcli.providers import plain_messages
 
     pieces: list[str] = []
@@ -99,7 +99,7 @@ def answer(prompt: Prompt, provider: Provider, on_text: Callable[[str], None] | 
     context = prompt.context()
     if context is not None:
         context["server_prompt_tokens"] = counted
-    return ask.Answer(text, ask.citations(text, prompt.used), prompt.used, prompt.warnings,
+    return Answer(text, citations(text, prompt.used), prompt.used, prompt.warnings,
                       context, quotes_mod.check(text, sources), timings)
 
 

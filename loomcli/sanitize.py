@@ -1,0 +1,47 @@
+"""Text that came from elsewhere (a model, a server, a file name, the command line) made
+safe to print: the rules every layer uses, the edges (console.py) and the ask package
+alike, so that none of them needs the other."""
+
+from __future__ import annotations
+
+import re
+
+# Bidi embeddings, overrides and isolates: they reorder what follows on the terminal
+# ("Trojan Source"); the marks (U+200E, U+200F) only nudge and are left alone.
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f'[\\x00-\\x1f\\x7f-\\x9f{_BIDI}"\\\\]')
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}\\ud800-\\udfff]")
+_CONTROL_BUT_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}\\ud800-\\udfff]")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(text: str, *, lines: bool = False) -> str:
+    """Text that came from a model, a server or a file, as a terminal may show it: control
+    characters (escape sequences: clear screen, window titles, C1 controls), bidi overrides
+    and lone surrogates are written out (`\\x1b`, `\\u202e`), so the terminal shows them
+    instead of obeying them. `lines`: keep line breaks and tabs (an answer, a message)."""
+    pattern = _CONTROL_BUT_LINES if lines else _CONTROL
+    return pattern.sub(lambda m: _escaped(m[0]), text) if pattern.search(text) else text
+
+
+def utf8(text: str) -> str:
+    """An argument as text: bytes of it that were not UTF-8 (Python hands them over as lone
+    surrogates) become U+FFFD, the replacement character (a question, a chat line)."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def shown(path: str) -> str:
+    """A path as a terminal or a line-based reader can trust: a name holding a newline,
+    an escape sequence or another control character is quoted C-style, as git quotes
+    paths ("a\\nb.md", "\\x1b[31m.md"). Plain names print as they are; --json is exact."""
+    if not _UNSAFE.search(path):
+        return path
+    return '"' + _UNSAFE.sub(lambda m: _escaped(m[0]), path) + '"'
