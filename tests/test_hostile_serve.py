@@ -1,0 +1,65 @@
+"""Hostile patterns, clients and names against grep and `loom serve` (issue 35): bounded
+time and memory, one-line errors, nothing lost, every indexed file readable by its path.
+
+Servers are real `loom serve` processes spoken to over real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loomcli import ignore
+from loomcli.errors import IgnorePatternError
+
+from .conftest import write
+from .test_http import Server, server  # noqa: F401  (the fixture)
+
+LOOM = [sys.executable, "-m", "loomcli"]
+HUGE = r"\w{1000}\w{1000}\w{1000}"  # 18 characters, 4 million RE2 instructions
+
+
+def loom(*args: str, check: int | None = 0, run_as: list[str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*(run_as or []), *LOOM, *args], capture_output=True, text=True,
+                          env=os.environ, timeout=120)
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+# Item 2: counted repetitions -------------------------------------------------------------
+
+def test_a_pattern_that_expands_hugely_is_refused_in_bounded_memory(scanned_notes):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = loom("grep", HUGE, check=2)
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        "loom: pattern '\\\\w{1000}\\\\w{1000}\\\\w{1000}' is too large once compiled")
+    assert "\\w+ rather than \\w{1000}" in proc.stderr
+    # Compiling it whole took 0.5 GB; refused early it stays near an idle interpreter's.
+    assert peak_mib < 200 or before >> 10 >= 200, peak_mib
+    # Patterns of ordinary size still run, counted repetitions included.
+    assert loom("grep", "-c", r"\w{3}dough").stdout.strip()
+
+
+def test_a_huge_pattern_over_http_is_a_400_and_healthz_still_answers(server):
+    status, body = server.call("POST", "/grep", {"pattern": HUGE})
+    assert status == 400 and "too large once compiled" in body["error"]
+    status, body = server.call("POST", "/grep", {"pattern": r"\w{1000}", "path": "x"})
+    assert status == 400 and "too large once compiled" in body["error"]
+    assert server.call("GET", "/healthz")[0] == 200
+
+
+def test_an_ignore_pattern_too_large_to_compile_names_its_line(monkeypatch):
+    monkeypatch.setattr(ignore, "IGNORE_MAX_MEM", 64 << 10)  # what a 2 MB line would need
+    with pytest.raises(IgnorePatternError) as info:
+        ignore.parse_lines(["*.md", "a?" * 20_000], source=".loomignore")
+    assert str(info.value).startswith(".loomignore:2: pattern 'a?a?")
+    assert "too large once compiled" in str(info.value)
