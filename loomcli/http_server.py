@@ -66,7 +66,9 @@ PROCESSES_MAX = 4
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
           (IgnorePatternError, 422), (RootError, 422), (ProviderError, 502),
           (ConfigError, 500), (IndexStateError, 500)]
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
+# A path starts at a slash (or a drive) that no word, dot, colon or slash precedes: a URL's
+# `//host/path` and the segments after it are left whole ("at http://h:9/v1/chat").
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
 
 
 class HttpError(Exception):

@@ -63,3 +63,28 @@ def test_an_ignore_pattern_too_large_to_compile_names_its_line(monkeypatch):
         ignore.parse_lines(["*.md", "a?" * 20_000], source=".loomignore")
     assert str(info.value).startswith(".loomignore:2: pattern 'a?a?")
     assert "too large once compiled" in str(info.value)
+
+
+# Item 16: error bodies keep URLs whole -----------------------------------------------------
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: a connection is refused
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_model_is_named_by_its_whole_url(scanned_notes, loom_home):
+    port = closed_port()
+    write(loom_home / "config.toml", '[llm]\nprovider = "openai"\nmodel = "m"\n'
+          f'endpoint = "http://127.0.0.1:{port}/v1"\n')
+    s = Server(env={"OPENAI_API_KEY": "k"})
+    try:
+        status, body = s.call("POST", "/ask", {"question": "madder root invoice"})
+        missing = s.call("POST", "/search", {"query": "x", "corpus": "c"})
+    finally:
+        s.stop()
+    assert status == 502, body
+    assert body["error"].startswith(f"cannot reach openai at http://127.0.0.1:{port}/v1: ")
+    assert missing[0] == 400  # paths are still scrubbed: see test_http's absolute paths test
