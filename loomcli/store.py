@@ -474,15 +474,17 @@ class Store:
             "substr(relpath, 1, ?) = ? ORDER BY relpath", (root.id, len(prefix), prefix))]
 
     def resolve(self, path: str) -> FileRow:
-        """Find a file by the path loom shows, or by its path on disk."""
-        clean = path.replace("\\", "/").strip()
-        if clean.startswith("./"):
-            clean = clean[2:]
-        candidates: list[tuple[int, str]] = []
+        """Find a file by the path loom shows, or by its path on disk. The path exactly
+        as given comes first (a name may hold `\\` or start with a space), then read as a
+        pasted or Windows path: `\\` as `/`, spaces around it dropped."""
         roots = self.roots()
-        head, _, rest = clean.partition("/")
-        candidates += [(r.id, clean) for r in roots if not r.prefix]
-        candidates += [(r.id, rest) for r in roots if r.prefix and r.prefix == head]
+        candidates: list[tuple[int, str]] = []
+        for shown in dict.fromkeys([path, path.replace("\\", "/").strip()]):
+            if shown.startswith("./"):
+                shown = shown[2:]
+            head, _, rest = shown.partition("/")
+            candidates += [(r.id, shown) for r in roots if not r.prefix]
+            candidates += [(r.id, rest) for r in roots if r.prefix and r.prefix == head]
         try:
             disk = Path(path).expanduser().resolve()
         except (OSError, RuntimeError):

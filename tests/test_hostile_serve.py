@@ -88,3 +88,39 @@ def test_an_unreachable_model_is_named_by_its_whole_url(scanned_notes, loom_home
     assert status == 502, body
     assert body["error"].startswith(f"cannot reach openai at http://127.0.0.1:{port}/v1: ")
     assert missing[0] == 400  # paths are still scrubbed: see test_http's absolute paths test
+
+
+# Item 9: odd names are read by the path loom shows ----------------------------------------
+
+ODD = ["back\\slash.md", " leading space.md", "sub/ spaced\\name.md"]
+
+
+def test_names_with_a_backslash_or_a_leading_space_are_read_everywhere(notes, loom_home):
+    from loomcli.config import load
+    from loomcli.operations import Corpus
+    from loomcli.tools import GET_FILE
+
+    for n, name in enumerate(ODD):
+        write(notes / name, f"# Odd {n}\nquokka{n} lives here\n")
+    write(notes / "backslash.md", "# Decoy\nnot this one\n")
+    loom("scan", str(notes))
+    shown = {f["path"] for f in json.loads(loom("files", "--json").stdout)["files"]}
+    assert set(ODD) <= shown
+    s = Server()
+    try:
+        for n, name in enumerate(ODD):
+            assert loom("get", name).stdout == f"# Odd {n}\nquokka{n} lives here\n"
+            found = json.loads(loom("search", f"quokka{n}", "--path", name, "--json").stdout)
+            assert [h["path"] for h in found["hits"]] == [name]
+            grepped = json.loads(loom("grep", "quokka", "--path", name, "--json").stdout)
+            assert [m["path"] for m in grepped["matches"]] == [name]
+            status, body = s.call("POST", "/file", {"path": name})
+            assert status == 200 and body["content"].startswith(f"# Odd {n}"), body
+            status, body = s.call("POST", "/pages", {"path": name})
+            assert status == 200 and body["path"] == name
+            read = GET_FILE.call(Corpus(load()), {"path": name})  # the agent's and MCP's tool
+            assert read["path"] == name and read["content"].startswith(f"# Odd {n}")
+    finally:
+        s.stop()
+    # A pasted Windows-style path still finds the file it names with slashes.
+    assert loom("get", "recipes\\bread.md").stdout.startswith("# ")
