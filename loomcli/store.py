@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
-from loomcli.migrations import CHUNK_SHIFT, check_owner, chunk_texts, migrate
+from loomcli.migrations import CHUNK_SHIFT, MIGRATIONS, check_owner, chunk_texts, migrate
 from loomcli.records import Record
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
@@ -356,12 +356,16 @@ class Store:
             raise IndexMissingError(
                 f"no index at {path} yet", "run `loom scan DIR` to index a folder first"
             )
+        if not create and not os.access(path, os.W_OK):
+            return cls._open_read_only(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise IndexStateError(f"cannot create {path.parent}: {exc.strerror or exc}",
                                   "make it writable, or point LOOM_HOME or db_path at a "
                                   "folder you can write") from None
+        if not create and not os.access(path.parent, os.W_OK | os.X_OK):
+            return cls._open_read_only(path)  # no room for the WAL's side files
         conn = sqlite3.connect(path, isolation_level=None, timeout=30,
                                check_same_thread=False)
         try:
@@ -377,6 +381,38 @@ class Store:
             # copying pages into SQLite's cache would cost more than the search itself.
             conn.execute("PRAGMA mmap_size = 1073741824")
             migrate(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise explain(exc, path) from None
+            raise
+        return cls(conn, path)
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> Store:
+        """An index loom may read but not write (a read-only mount, another user's file):
+        searches, grep and get work; a scan fails when it writes. In a folder that cannot
+        hold the WAL's side files SQLite is told the file cannot change (`immutable`): it
+        then reads without locks, as of the last checkpoint."""
+        from urllib.parse import quote
+
+        folder_writable = os.access(path.parent, os.W_OK | os.X_OK)
+        uri = f"file:{quote(str(path.absolute()))}?mode=ro" + (
+            "" if folder_writable else "&immutable=1")
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise explain(exc, path) from None
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            check_owner(conn, path)
+            conn.execute("PRAGMA mmap_size = 1073741824")
+            done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+            if {name for name, _ in MIGRATIONS} - done:
+                raise IndexStateError(
+                    f"the index at {path} was made by an older loom and is read-only here",
+                    "run `loom scan` once as a user who can write it (it upgrades the index)")
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):

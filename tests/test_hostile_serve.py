@@ -17,7 +17,7 @@ import pytest
 from loomcli import ignore
 from loomcli.errors import IgnorePatternError
 
-from .conftest import write
+from .conftest import as_user, write
 from .test_http import Server, server  # noqa: F401  (the fixture)
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -124,3 +124,28 @@ def test_names_with_a_backslash_or_a_leading_space_are_read_everywhere(notes, lo
         s.stop()
     # A pasted Windows-style path still finds the file it names with slashes.
     assert loom("get", "recipes\\bread.md").stdout.startswith("# ")
+
+
+# Item 17: an index loom may read but not write -------------------------------------------
+
+@pytest.mark.parametrize("locked", ["folder", "file"])
+def test_an_index_that_cannot_be_written_is_still_read(notes, loom_home, locked):
+    loom("scan", str(notes))
+    run_as = as_user(loom_home, notes)
+    index = loom_home / "index.db"
+    index.chmod(0o444)
+    if locked == "folder":  # a read-only mount as an unprivileged user meets it
+        loom_home.chmod(0o555)
+    try:
+        found = json.loads(loom("search", "sourdough", "--json", run_as=run_as).stdout)
+        assert found["hits"][0]["path"] == "recipes/bread.md"
+        assert "sourdough" in loom("grep", "-i", "sourdough", run_as=run_as).stdout.lower()
+        assert loom("get", "recipes/bread.md", run_as=run_as).stdout.startswith("# ")
+        assert "recipes/bread.md" in loom("files", run_as=run_as).stdout
+        write(notes / "new.md", "# New\nmore\n")
+        refused = loom("scan", str(notes), run_as=run_as, check=None)
+        assert refused.returncode != 0 and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith("loom: ") and "internal error" not in refused.stderr
+    finally:
+        loom_home.chmod(0o755)
+        index.chmod(0o644)
