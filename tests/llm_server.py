@@ -46,6 +46,9 @@ class Behaviour:
     # Which OpenAI-compatible server tells the window, and where: "llama.cpp" (GET /props),
     # "vllm" (GET /v1/models max_model_len), "lmstudio" (GET /api/v0/models).
     told_by: str = "llama.cpp"
+    # Hold each chat until this is set (a slow model, without clocks); FakeLLM.arrived is
+    # released once per chat held.
+    gate: threading.Event | None = None
 
 
 class RecordingHandler(BaseHTTPRequestHandler):
@@ -83,6 +86,7 @@ class FakeLLM:
         self.sent: list[str] = []  # each chat's whole prompt
         self.refused = 0
         self.closed = threading.Event()  # an endless stream saw the client hang up
+        self.arrived = threading.Semaphore(0)  # a chat reached Behaviour.gate
         fake = self
 
         class Handler(RecordingHandler):
@@ -125,6 +129,9 @@ class FakeLLM:
                                else {"error": {"message": msg}})
                     return
                 if self.path in ("/api/chat", "/v1/chat/completions", "/v1/messages"):
+                    if b.gate is not None:
+                        fake.arrived.release()
+                        b.gate.wait(timeout=300)
                     text = prompt_text(self.path, body)
                     fake.sent.append(text)
                     if self.path == "/api/chat" and b.window is not None:

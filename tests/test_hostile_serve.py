@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import resource
+import socket
 import subprocess
 import sys
-from pathlib import Path
+import threading
 
 import pytest
 
@@ -18,6 +20,7 @@ from loomcli import ignore
 from loomcli.errors import IgnorePatternError
 
 from .conftest import as_user, write
+from .llm_server import FakeLLM
 from .test_http import Server, server  # noqa: F401  (the fixture)
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -149,3 +152,135 @@ def test_an_index_that_cannot_be_written_is_still_read(notes, loom_home, locked)
     finally:
         loom_home.chmod(0o755)
         index.chmod(0o644)
+
+
+# Items 10 and 15: clients that leave, slow models -----------------------------------------
+
+def open_request(url: str, path: str, body: object) -> socket.socket:
+    """Send one POST on a fresh raw socket; the caller reads (or leaves)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=120)
+    data = json.dumps(body).encode()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                 f"application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """Read one whole response from a raw socket, then close it."""
+    import http.client
+
+    try:
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        sock.close()
+
+
+def first_line(sock: socket.socket) -> bytes:
+    """Read a streamed response up to its first NDJSON line (headers skipped)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += sock.recv(4096)
+    buf = buf.split(b"\r\n\r\n", 1)[1]
+    while b"\n" not in buf.split(b"\r\n", 1)[-1]:  # chunked: a size line, then data
+        buf += sock.recv(4096)
+    return buf.split(b"\r\n", 1)[1].split(b"\n", 1)[0]
+
+
+class Log:
+    """The server's stderr, line by line, read on a thread so a test can wait for a line."""
+
+    def __init__(self, server: Server) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        assert server.proc.stderr is not None
+        stream = server.proc.stderr
+        threading.Thread(target=lambda: [self.lines.put(line) for line in stream],
+                         daemon=True).start()
+
+    def wait_for(self, text: str, timeout: float = 240) -> str:
+        while True:
+            line = self.lines.get(timeout=timeout)  # queue.Empty: it never came
+            self.seen.append(line)
+            if text in line:
+                return line
+
+
+def test_a_client_that_leaves_a_streamed_scan_does_not_stop_it(tmp_path, loom_home):
+    notes = tmp_path / "many"
+    for n in range(1500):
+        write(notes / f"d{n // 100}" / f"n{n}.md", f"# Note {n}\nword{n} and more\n")
+    write(loom_home / "config.toml", f'notes_dirs = ["{notes}"]\n')
+    s = Server()
+    log = Log(s)
+    try:
+        sock = open_request(s.url, "/scan", {"stream": True})
+        event = json.loads(first_line(sock))
+        sock.close()  # the client leaves at its first progress line
+        assert event["progress"]["done"] < 1500, event
+        done = log.wait_for("loom serve: scan:")
+        assert done == "loom serve: scan: the client left before the end; finished " \
+                       "without it\n", log.seen
+        status = json.loads(loom("status", "--json").stdout)
+    finally:
+        s.stop()
+    assert status["files"] == 1500 and status["last_scan"], status
+    assert not log.seen[:-1], log.seen  # that one line, no traceback
+
+
+def test_a_client_that_leaves_a_streamed_ask_leaves_one_log_line(scanned_notes, loom_home):
+    gate = threading.Event()
+    with FakeLLM() as llm:
+        llm.behaviour.gate = gate
+        write(loom_home / "config.toml",
+              f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n')
+        s = Server()
+        log = Log(s)
+        try:
+            sock = open_request(s.url, "/ask", {"question": "madder root invoice",
+                                                "stream": True})
+            assert llm.arrived.acquire(timeout=120)
+            sock.close()
+            gate.set()
+            line = log.wait_for("loom serve: ask:")
+        finally:
+            s.stop()
+    assert line == "loom serve: ask: the client left before the end; finished without it\n"
+    assert not log.seen[:-1], log.seen
+
+
+def test_slow_asks_never_hold_reads_and_the_one_too_many_is_503(scanned_notes, loom_home):
+    from loomcli.http_server import ASK_RETRY_AFTER_S, ASKS_AT_ONCE
+
+    gate = threading.Event()
+    with FakeLLM() as llm:
+        llm.behaviour.gate = gate
+        write(loom_home / "config.toml",
+              f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n')
+        s = Server("--processes", "1")  # the cap is each process's
+        try:
+            held = [open_request(s.url, "/ask", {"question": "madder root invoice",
+                                                 "stream": n % 2 == 0})
+                    for n in range(ASKS_AT_ONCE)]
+            for _ in held:  # every admitted ask is with the model now
+                assert llm.arrived.acquire(timeout=120)
+            for stream in (False, True):
+                status, headers, body = answer(open_request(
+                    s.url, "/ask", {"question": "madder root invoice", "stream": stream}))
+                assert status == 503, (status, headers, body)
+                assert headers.get("retry-after") == str(ASK_RETRY_AFTER_S), headers
+                assert json.loads(body)["error"].startswith(
+                    f"{ASKS_AT_ONCE} answers are being written already")
+            # Eight reads at once, while every ask waits on the model: all answered.
+            reads = [open_request(s.url, "/search", {"query": "sourdough"})
+                     for _ in range(8)]
+            assert [answer(sock)[0] for sock in reads] == [200] * 8
+            assert s.call("GET", "/healthz")[0] == 200
+            gate.set()
+            assert [answer(sock)[0] for sock in held] == [200] * ASKS_AT_ONCE
+            assert s.call("POST", "/ask", {"question": "madder root invoice"})[0] == 200
+        finally:
+            gate.set()
+            s.stop()
