@@ -51,8 +51,8 @@ MAX_BODY = 1 << 20
 MAX_JSON_DEPTH = 32
 WORKERS = 8  # client work in threads at once; more requests wait their turn
 # Answers from an LLM run in threads of their own, at most this many at once in each
-# server process; one more is answered 503 with Retry-After. Eight asks to a slow model once held all eight workers
-# and a search waited 18 s behind them.
+# server process; one more is answered 503 with Retry-After. Eight asks to a slow model
+# once held all eight workers and a search waited 18 s behind them.
 ASKS_AT_ONCE = 4
 ASK_RETRY_AFTER_S = 5
 IDLE_TIMEOUT_S = 5  # a connection with no request in flight is closed after this

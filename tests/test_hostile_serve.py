@@ -21,7 +21,7 @@ from loomcli.errors import IgnorePatternError
 
 from .conftest import as_user, write
 from .llm_server import FakeLLM
-from .test_http import Server, server  # noqa: F401  (the fixture)
+from .test_http import Server
 
 LOOM = [sys.executable, "-m", "loomcli"]
 HUGE = r"\w{1000}\w{1000}\w{1000}"  # 18 characters, 4 million RE2 instructions
@@ -52,7 +52,15 @@ def test_a_pattern_that_expands_hugely_is_refused_in_bounded_memory(scanned_note
     assert loom("grep", "-c", r"\w{3}dough").stdout.strip()
 
 
-def test_a_huge_pattern_over_http_is_a_400_and_healthz_still_answers(server):
+def test_a_huge_pattern_over_http_is_a_400_and_healthz_still_answers(scanned_notes):
+    server = Server()
+    try:
+        huge_pattern_answers(server)
+    finally:
+        server.stop()
+
+
+def huge_pattern_answers(server: Server) -> None:
     status, body = server.call("POST", "/grep", {"pattern": HUGE})
     assert status == 400 and "too large once compiled" in body["error"]
     status, body = server.call("POST", "/grep", {"pattern": r"\w{1000}", "path": "x"})
