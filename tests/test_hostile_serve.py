@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +293,35 @@ def test_slow_asks_never_hold_reads_and_the_one_too_many_is_503(scanned_notes, l
         finally:
             gate.set()
             s.stop()
+
+
+# Item 20: a large page parsed as a stream ------------------------------------------------
+
+def test_a_20_mb_page_of_spans_is_indexed(tmp_path, loom_home):
+    notes = tmp_path / "web"
+    spans = "".join(f"<span class=w>word{n}</span> " for n in range(700_000))
+    write(notes / "spans.html", f"<html><head><title>Spans</title></head><body><nav>menu"
+                                f"</nav><div>{spans}</div><p>the last line</p></body></html>")
+    assert (notes / "spans.html").stat().st_size > 20_000_000
+    report = json.loads(loom("scan", str(notes), "--json").stdout)
+    assert report["added"] == 1 and report["failed"] == 0, report
+    text = loom("get", "spans.html").stdout
+    assert text.startswith("word0 word1 ") and text.endswith("word699999\n\nthe last line\n")
+    assert "menu" not in text  # the page's chrome is still left out
+
+
+def test_a_streamed_page_reads_as_the_tree_reads_it(monkeypatch):
+    from loomcli.extract import documents
+
+    pages = [p.read_text(encoding="utf-8") for p in
+             sorted((Path(__file__).parent.parent / "fixtures").glob("*/*.html"))]
+    pages += ["<html><body><article>one</article><article>two</article><nav>n</nav>"
+              "<p>rest</p></body></html>",
+              "<div role=main><header><h1>T</h1></header><nav>x</nav>body<script>s</script>"
+              "<!-- c -->tail</div><main>first <span class=headerlink>¶</span>m</main>",
+              "<body><nav>only chrome</nav></body>", "<p class='document body'>x<br>y</p>"]
+    trees = [documents.html_text(page) for page in pages]
+    assert documents.html_text("<p>a<script>x</script>b</p><p>c<nav>n</nav>d</p>") == (
+        "ab\n\nc\nd\n", "")  # a skipped part's tail once, not twice
+    monkeypatch.setattr(documents, "TREE_BYTES_SAFE", 0)  # every page as a large one
+    assert [documents.html_text(page) for page in pages] == trees
