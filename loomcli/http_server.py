@@ -367,10 +367,10 @@ class Api:
                 b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"),
                 b.get("prefix", False), path=b.get("path"),
                 globs=b.get("glob"))), methods=["POST"]),
-            Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
+            Route("/grep", post(lambda b: _Spanned(self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
-                limit=b.get("limit"))), methods=["POST"]),
+                limit=b.get("limit"), every=b.get("spans", False)))), methods=["POST"]),
             Route("/file", post(lambda b: self.corpus(b.get("corpus")).get(
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),
@@ -436,6 +436,7 @@ class Api:
 
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
         left: list[bool] = []  # the client went away: events are dropped from then on
+        said: list[bool] = []  # the work's end is in the log already
 
         def run() -> None:
             def emit(event: dict[str, Any]) -> None:
@@ -448,25 +449,31 @@ class Api:
 
             try:
                 emit({"done": True, **work(emit)})
-                if left:
-                    sys.stderr.write(f"loom serve: {what}: the client left before the "
-                                     "end; finished without it\n")
             except LoomError as exc:
+                said.append(True)
                 sys.stderr.write(f"loom serve: {what}: {exc}\n")
                 emit({"error": scrub(str(exc))})
             except Exception as exc:  # a bug: the stream still ends with its error line
+                said.append(True)
                 sys.stderr.write(f"loom serve: {what}: internal error: {exc!r}\n")
                 emit({"error": "internal error — see the server's log"})
             finally:
                 anyio.from_thread.run(send.aclose)
 
         async def lines() -> AsyncIterator[bytes]:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: anyio.to_thread.run_sync(
-                    run, limiter=limiter or self.limiter))
-                async with receive:
-                    async for event in receive:
-                        yield _json_bytes(event) + b"\n"
+            delivered = False  # the last line was sent: resumed after yielding it
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: anyio.to_thread.run_sync(
+                        run, limiter=limiter or self.limiter))
+                    async with receive:
+                        async for event in receive:
+                            yield _json_bytes(event) + b"\n"
+                            delivered = "done" in event or "error" in event
+            finally:  # after the work ended: the task group waits for its thread
+                if not delivered and not said:
+                    sys.stderr.write(f"loom serve: {what}: the client left before the "
+                                     "end; finished without it\n")
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
@@ -522,6 +529,24 @@ class Api:
                               on_step=lambda done: emit({"step": done.to_dict()})).to_dict()
 
         return self.stream(work, "ask", self.asks)
+
+
+class _Spanned:
+    """A grep result whose matches also say where each match lies (`"spans": true`, for
+    the web page, which must not run a pattern itself): `marks`, [from, to) characters
+    of `text`, and `spans`, [byte offset, byte length] in the file's text."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.result.to_dict()
+        if any(m.parts for m in self.result.matches):
+            for shown, m in zip(out["matches"], self.result.matches, strict=True):
+                shown["marks"] = [list(mark) for mark in m.marks]
+                shown["spans"] = [[at, len(part.encode("utf-8", "surrogatepass"))]
+                                  for at, part in m.parts]
+        return out
 
 
 class _Then:
