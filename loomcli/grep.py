@@ -23,7 +23,12 @@ TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
 
-RE2_MAX_MEM = 64 << 20
+RE2_MAX_MEM = 64 << 20  # the compiled program and the DFA's state cache
+# A pattern is first compiled within this budget alone: RE2 stops compiling as soon as
+# the program outgrows it, so a short pattern that expands hugely (`\w{1000}\w{1000}`:
+# 4 million instructions, 8 s and 0.5 GB with the interpreter lock held) fails in
+# milliseconds. About 100,000 instructions: `\w{80}` or 5,000 alternated words fit.
+RE2_PROGRAM_MEM = 2 << 20
 LONG_LINE = 1000  # bytes: longer lines are trimmed around the match
 TRIM_BEFORE, TRIM_AFTER = 200, 400
 ELLIPSIS = "…"
@@ -136,20 +141,34 @@ def _compile(pattern: str, source: str, case_sensitive: bool) -> Any:
 
     options = re2.Options()
     options.log_errors = False
-    options.max_mem = RE2_MAX_MEM
     options.case_sensitive = case_sensitive
     try:
-        return re2.compile(source.encode("utf-8", "surrogatepass"), options)
+        encoded = source.encode("utf-8", "surrogatepass")
+        options.max_mem = RE2_PROGRAM_MEM  # the size check first, then room for the DFA
+        re2.compile(encoded, options)
+        options.max_mem = RE2_MAX_MEM
+        return re2.compile(encoded, options)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
+        if "pattern too large" in str(reason):
+            raise QueryError(
+                f"pattern {_shown(pattern)} is too large once compiled (its counted "
+                f"repetitions or length expand past {RE2_PROGRAM_MEM >> 20} MB)",
+                "use smaller counts or + and * (\\w+ rather than \\w{1000}), "
+                "or a shorter pattern") from None
         reason = str(reason).replace(": (?m)", ": ", 1)  # RE2 quotes our line-mode prefix
         raise QueryError(f"invalid pattern {pattern!r}: {reason}",
                          "loom grep uses RE2 syntax (no backreferences or lookaround)"
                          ) from None
     except UnicodeEncodeError as exc:
         raise QueryError(f"invalid pattern {pattern!r}: {exc.reason}") from None
+
+
+def _shown(pattern: str, limit: int = 60) -> str:
+    """A pattern quoted for a one-line message, cut when long."""
+    return repr(pattern) if len(pattern) <= limit else repr(pattern[:limit]) + "…"
 
 
 _META = frozenset("\\.^$*+?()[]{}|")

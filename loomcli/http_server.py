@@ -50,6 +50,11 @@ from loomcli.operations import EXCERPT_CHARS, Corpus, terms
 MAX_BODY = 1 << 20
 MAX_JSON_DEPTH = 32
 WORKERS = 8  # client work in threads at once; more requests wait their turn
+# Answers from an LLM run in threads of their own, at most this many at once in each
+# server process; one more is answered 503 with Retry-After. Eight asks to a slow model
+# once held all eight workers and a search waited 18 s behind them.
+ASKS_AT_ONCE = 4
+ASK_RETRY_AFTER_S = 5
 IDLE_TIMEOUT_S = 5  # a connection with no request in flight is closed after this
 GRACEFUL_SHUTDOWN_S = 30
 # Lingering close (RFC 9112 §9.6): a connection closed while the client may still be
@@ -66,7 +71,9 @@ PROCESSES_MAX = 4
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
           (IgnorePatternError, 422), (RootError, 422), (ProviderError, 502),
           (ConfigError, 500), (IndexStateError, 500)]
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
+# A path starts at a slash (or a drive) that no word, dot, colon or slash precedes: a URL's
+# `//host/path` and the segments after it are left whole ("at http://h:9/v1/chat").
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
 
 
 class HttpError(Exception):
@@ -309,6 +316,8 @@ class Api:
         self.load_config = load_config  # read per request: `loom config set` applies at once
         self.corpus_root = corpus_root
         self.limiter = anyio.CapacityLimiter(WORKERS)
+        self.asks = anyio.CapacityLimiter(ASKS_AT_ONCE)  # their threads, not the readers'
+        self.asking = 0  # asks admitted and not finished (counted on the event loop only)
 
     def corpus(self, name: Any) -> Corpus:
         if self.corpus_root is None:
@@ -358,10 +367,11 @@ class Api:
                 b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"),
                 b.get("prefix", False), path=b.get("path"),
                 globs=b.get("glob"), tags=b.get("tag"))), methods=["POST"]),
-            Route("/grep", post(lambda b: self.corpus(b.get("corpus")).grep(
+            Route("/grep", post(lambda b: _Spanned(self.corpus(b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
                 context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
-                limit=b.get("limit"), types=b.get("type"))), methods=["POST"]),
+                limit=b.get("limit"), types=b.get("type"), every=b.get("spans", False)))),
+                  methods=["POST"]),
             Route("/file", post(lambda b: self.corpus(b.get("corpus")).get(
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),
@@ -383,18 +393,20 @@ class Api:
             return {**corpus.status().to_dict(), "failures": corpus.failures()}
         return await self.respond(work)
 
-    async def respond(self, work: Callable[[], dict[str, Any]], *, timed: bool = True) -> Any:
-        """Run the work in the pool; a read that overruns `[http] request_timeout_s` is
-        answered 503 and abandoned (its thread finishes on its own), so no request holds a
-        client for long. Scans and answers from the LLM are not timed."""
+    async def respond(self, work: Callable[[], dict[str, Any]], *, timed: bool = True,
+                      limiter: Any = None) -> Any:
+        """Run the work in the pool (or `limiter`'s); a read that overruns `[http]
+        request_timeout_s` is answered 503 and abandoned (its thread finishes on its own),
+        so no request holds a client for long. Scans and answers from the LLM are not
+        timed."""
         import anyio
         from starlette.responses import Response
 
         budget = self.load_config().get("http.request_timeout_s") if timed else None
         try:
             with anyio.fail_after(budget):
-                payload = await anyio.to_thread.run_sync(work, limiter=self.limiter,
-                                                         abandon_on_cancel=True)
+                payload = await anyio.to_thread.run_sync(
+                    work, limiter=limiter or self.limiter, abandon_on_cancel=True)
         except TimeoutError:
             raise HttpError(503, f"the request took longer than {budget:g} s and was "
                                  "stopped — narrow it (a path, a glob, a longer literal)",
@@ -417,35 +429,54 @@ class Api:
             "scan")
 
     def stream(self, work: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]],
-               what: str) -> Any:
+               what: str, limiter: Any = None) -> Any:
         """NDJSON: the events `work` emits as it goes, then {"done": true, **its result},
-        or {"error": message} when it fails mid-way."""
+        or {"error": message} when it fails mid-way. A client that leaves early does not
+        stop the work: a scan completes and is recorded, an answer is kept in its
+        conversation; the log says so in one line."""
         import anyio
         from starlette.responses import StreamingResponse
 
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
+        left: list[bool] = []  # the client went away: events are dropped from then on
+        said: list[bool] = []  # the work's end is in the log already
 
         def run() -> None:
             def emit(event: dict[str, Any]) -> None:
-                anyio.from_thread.run(send.send, event)
+                if left:
+                    return
+                try:
+                    anyio.from_thread.run(send.send, event)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    left.append(True)
 
             try:
                 emit({"done": True, **work(emit)})
             except LoomError as exc:
+                said.append(True)
                 sys.stderr.write(f"loom serve: {what}: {exc}\n")
                 emit({"error": scrub(str(exc))})
             except Exception as exc:  # a bug: the stream still ends with its error line
+                said.append(True)
                 sys.stderr.write(f"loom serve: {what}: internal error: {exc!r}\n")
                 emit({"error": "internal error — see the server's log"})
             finally:
                 anyio.from_thread.run(send.aclose)
 
         async def lines() -> AsyncIterator[bytes]:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: self.run(run))
-                async with receive:
-                    async for event in receive:
-                        yield _json_bytes(event) + b"\n"
+            delivered = False  # the last line was sent: resumed after yielding it
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: anyio.to_thread.run_sync(
+                        run, limiter=limiter or self.limiter))
+                    async with receive:
+                        async for event in receive:
+                            yield _json_bytes(event) + b"\n"
+                            delivered = "done" in event or "error" in event
+            finally:  # after the work ended: the task group waits for its thread
+                if not delivered and not said:
+                    sys.stderr.write(f"loom serve: {what}: the client left before the "
+                                     "end; finished without it\n")
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
@@ -457,11 +488,31 @@ class Api:
         corpus = self.corpus(data.get("corpus"))
         question, top_k = self.required(data, "question"), data.get("top_k")
         mode, agent, cid = data.get("mode"), data.get("agent"), data.get("conversation_id")
-        if not stream:
-            return await self.respond(lambda: corpus.ask(
-                question, top_k, mode=mode, agent=agent, conversation_id=cid).to_dict(),
-                timed=False)
-        return await self.ask_stream(corpus, question, top_k, mode, agent, cid)
+        if self.asking >= ASKS_AT_ONCE:
+            raise HttpError(503, f"{ASKS_AT_ONCE} answers are being written already — ask "
+                                 "again in a few seconds",
+                            {"Retry-After": str(ASK_RETRY_AFTER_S)})
+        self.asking += 1
+        released: list[bool] = []
+
+        def release() -> None:
+            if not released:
+                released.append(True)
+                self.asking -= 1
+
+        try:
+            if not stream:
+                return await self.respond(lambda: corpus.ask(
+                    question, top_k, mode=mode, agent=agent, conversation_id=cid).to_dict(),
+                    timed=False, limiter=self.asks)
+            response = await self.ask_stream(corpus, question, top_k, mode, agent, cid)
+        except BaseException:
+            release()
+            raise
+        finally:
+            if not stream:
+                release()
+        return _Then(response, release)
 
     async def ask_stream(self, corpus: Corpus, question: Any, top_k: Any, mode: Any,
                          agent: Any = None, cid: Any = None) -> Any:
@@ -480,7 +531,38 @@ class Api:
                               provider=provider, on_text=lambda text: emit({"text": text}),
                               on_step=lambda done: emit({"step": done.to_dict()})).to_dict()
 
-        return self.stream(work, "ask")
+        return self.stream(work, "ask", self.asks)
+
+
+class _Spanned:
+    """A grep result whose matches also say where each match lies (`"spans": true`, for
+    the web page, which must not run a pattern itself): `marks`, [from, to) characters
+    of `text`, and `spans`, [byte offset, byte length] in the file's text."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.result.to_dict()
+        if any(m.parts for m in self.result.matches):
+            for shown, m in zip(out["matches"], self.result.matches, strict=True):
+                shown["marks"] = [list(mark) for mark in m.marks]
+                shown["spans"] = [[at, len(part.encode("utf-8", "surrogatepass"))]
+                                  for at, part in m.parts]
+        return out
+
+
+class _Then:
+    """An ASGI response that calls `after` once it is sent, or abandoned."""
+
+    def __init__(self, response: Any, after: Callable[[], None]) -> None:
+        self.response, self.after = response, after
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.after()
 
 
 def build_app(load_config: Callable[[], Config], settings: Settings,

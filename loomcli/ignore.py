@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _SPECIAL = b"*?[\\"
+IGNORE_MAX_MEM = 8 << 20  # one pattern's compiled program: a glob grows with its length
 
 # git's sane_ctype classes (ASCII only; `space` excludes \v and \f like git).
 _CLASSES: dict[bytes, frozenset[int]] = {
@@ -53,6 +54,10 @@ _CLASSES: dict[bytes, frozenset[int]] = {
 
 
 class _Malformed(Exception):
+    pass
+
+
+class _TooLarge(Exception):
     pass
 
 
@@ -242,8 +247,11 @@ def _compile(regex: bytes) -> Any:
     options.encoding = re2.Options.Encoding.LATIN1
     options.dot_nl = True
     options.log_errors = False
-    options.max_mem = 8 << 20
-    return re2.compile(regex, options)
+    options.max_mem = IGNORE_MAX_MEM
+    try:
+        return re2.compile(regex, options)
+    except re2.error:  # a glob cannot be malformed here: only too large
+        raise _TooLarge from None
 
 
 def compile_line(raw: bytes, *, source: str, line: int, base: bytes = b"") -> Pattern | None:
@@ -270,14 +278,22 @@ def compile_line(raw: bytes, *, source: str, line: int, base: bytes = b"") -> Pa
             if p.startswith(b"/"):
                 p = p[1:]
             regex = _wildmatch_regex(p, pathname=True, start=_simple_length(p))
+        compiled = _compile(regex)
     except _Malformed as exc:
         raise IgnorePatternError(
             f"{source}:{line}: invalid pattern {text!r}: {exc}",
             f"fix line {line} of {source} (a literal [ is written \\[)",
         ) from None
+    except _TooLarge:
+        shown = repr(text) if len(text) <= 60 else repr(text[:60]) + "…"
+        raise IgnorePatternError(
+            f"{source}:{line}: pattern {shown} is too large once compiled "
+            f"(over {IGNORE_MAX_MEM >> 20} MB)",
+            f"shorten line {line} of {source} or split it into several patterns",
+        ) from None
     return Pattern(
         text=text,
-        regex=_compile(regex),
+        regex=compiled,
         negative=negative,
         dir_only=dir_only,
         basename_only=basename_only,

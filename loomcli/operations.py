@@ -127,13 +127,15 @@ def _show(value: Any) -> str:
 
 
 def check_index_path(path: Any) -> str:
-    """A plain index path: no `..` component, not absolute (paths from clients)."""
-    clean = _text("path", path).replace("\\", "/")
+    """A plain index path: no `..` component, not absolute (paths from clients), read
+    with `\\` as `/` too. Returned as given: a name may hold `\\` (Store.resolve)."""
+    text = _text("path", path)
+    clean = text.replace("\\", "/")
     if clean.startswith("/") or ".." in PurePosixPath(clean).parts or re.match(r"^[A-Za-z]:",
                                                                                clean):
         raise QueryError(f"{path!r} escapes the index",
                          "use a path as `loom files` / loom_list_files / GET /files shows it")
-    return clean
+    return text
 
 
 # -- results ------------------------------------------------------------------------------
@@ -418,8 +420,8 @@ def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None
             only = store.resolve(path).id
             chosen = [(fid, shown) for fid, shown in chosen if fid == only]
         except IndexMissingError:
-            folder = path.rstrip("/") + "/"
-            chosen = [(fid, shown) for fid, shown in chosen if shown.startswith(folder)]
+            folders = tuple({p.rstrip("/") + "/" for p in (path, path.replace("\\", "/"))})
+            chosen = [(fid, shown) for fid, shown in chosen if shown.startswith(folders)]
             if not chosen:
                 raise
     if globs:

@@ -23,6 +23,7 @@ from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted, markdown
 from loomcli.migrations import (
     CHUNK_SHIFT,
+    MIGRATIONS,
     check_owner,
     chunk_texts,
     exact_form,
@@ -395,12 +396,16 @@ class Store:
             raise IndexMissingError(
                 f"no index at {path} yet", "run `loom scan DIR` to index a folder first"
             )
+        if not create and not os.access(path, os.W_OK):
+            return cls._open_read_only(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise IndexStateError(f"cannot create {path.parent}: {exc.strerror or exc}",
                                   "make it writable, or point LOOM_HOME or db_path at a "
                                   "folder you can write") from None
+        if not create and not os.access(path.parent, os.W_OK | os.X_OK):
+            return cls._open_read_only(path)  # no room for the WAL's side files
         conn = sqlite3.connect(path, isolation_level=None, timeout=30,
                                check_same_thread=False)
         try:
@@ -416,6 +421,38 @@ class Store:
             # copying pages into SQLite's cache would cost more than the search itself.
             conn.execute("PRAGMA mmap_size = 1073741824")
             migrate(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise explain(exc, path) from None
+            raise
+        return cls(conn, path)
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> Store:
+        """An index loom may read but not write (a read-only mount, another user's file):
+        searches, grep and get work; a scan fails when it writes. In a folder that cannot
+        hold the WAL's side files SQLite is told the file cannot change (`immutable`): it
+        then reads without locks, as of the last checkpoint."""
+        from urllib.parse import quote
+
+        folder_writable = os.access(path.parent, os.W_OK | os.X_OK)
+        uri = f"file:{quote(str(path.absolute()))}?mode=ro" + (
+            "" if folder_writable else "&immutable=1")
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise explain(exc, path) from None
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            check_owner(conn, path)
+            conn.execute("PRAGMA mmap_size = 1073741824")
+            done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+            if {name for name, _ in MIGRATIONS} - done:
+                raise IndexStateError(
+                    f"the index at {path} was made by an older loom and is read-only here",
+                    "run `loom scan` once as a user who can write it (it upgrades the index)")
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -513,15 +550,17 @@ class Store:
             "substr(relpath, 1, ?) = ? ORDER BY relpath", (root.id, len(prefix), prefix))]
 
     def resolve(self, path: str) -> FileRow:
-        """Find a file by the path loom shows, or by its path on disk."""
-        clean = path.replace("\\", "/").strip()
-        if clean.startswith("./"):
-            clean = clean[2:]
-        candidates: list[tuple[int, str]] = []
+        """Find a file by the path loom shows, or by its path on disk. The path exactly
+        as given comes first (a name may hold `\\` or start with a space), then read as a
+        pasted or Windows path: `\\` as `/`, spaces around it dropped."""
         roots = self.roots()
-        head, _, rest = clean.partition("/")
-        candidates += [(r.id, clean) for r in roots if not r.prefix]
-        candidates += [(r.id, rest) for r in roots if r.prefix and r.prefix == head]
+        candidates: list[tuple[int, str]] = []
+        for shown in dict.fromkeys([path, path.replace("\\", "/").strip()]):
+            if shown.startswith("./"):
+                shown = shown[2:]
+            head, _, rest = shown.partition("/")
+            candidates += [(r.id, shown) for r in roots if not r.prefix]
+            candidates += [(r.id, rest) for r in roots if r.prefix and r.prefix == head]
         try:
             disk = Path(path).expanduser().resolve()
         except (OSError, RuntimeError):

@@ -63,6 +63,9 @@ class Behaviour:
     cut_half: bool = False  # Ollama: a cut keeps num_ctx / 2 + 2 tokens (newer runners)
     cache_lowers: bool = False  # the count leaves out the prefix shared with the last prompt
     report_counts: bool = True  # report prompt token counts at all
+    # Hold each chat until this is set (a slow model, without clocks); FakeLLM.arrived is
+    # released once per chat held.
+    gate: threading.Event | None = None
 
 
 class RecordingHandler(BaseHTTPRequestHandler):
@@ -105,6 +108,7 @@ class FakeLLM:
         self.closed = threading.Event()  # an endless stream saw the client hang up
         self.paused = threading.Event()  # a stream is held (Behaviour.pause_after)
         self.resume = threading.Event()
+        self.arrived = threading.Semaphore(0)  # a chat reached Behaviour.gate
         fake = self
 
         class Handler(RecordingHandler):
@@ -149,6 +153,9 @@ class FakeLLM:
                                else {"error": {"message": msg}})
                     return
                 if self.path in ("/api/chat", "/v1/chat/completions", "/v1/messages"):
+                    if b.gate is not None:
+                        fake.arrived.release()
+                        b.gate.wait(timeout=300)
                     text = prompt_text(self.path, body)
                     fake.sent.append(text)
                     if self.path == "/api/chat" and b.window is not None:

@@ -691,3 +691,21 @@ def test_usable_at_360_px_and_in_dark_mode(serve, scanned_notes):
     page.goto(tab.server.url + "/")
     expect(page.get_by_role("searchbox", name="Search your notes")).to_be_visible()
     expect(page.get_by_role("navigation", name="Views")).to_be_visible()
+
+
+def test_a_deep_link_pattern_is_marked_by_the_server_never_run_by_the_page(serve, notes):
+    # `(\w+\s?)+$` backtracks exponentially in a JS RegExp on a long word with no end:
+    # the page froze for over 18 s re-running it. RE2 marks it on the server instead.
+    write(notes / "trap.md", "# Trap\nquokka wombat\n" + "a" * 60 + "!\n")
+    subprocess.run([sys.executable, "-m", "loomcli", "scan", str(notes)], check=True,
+                   capture_output=True)
+    tab = serve()
+    page = tab.goto("/file?path=trap.md&pattern=%28%5Cw%2B%5Cs%3F%29%2B%24")
+    marks = page.locator("#doc-text mark")
+    expect(marks.first).to_have_text("Trap")
+    assert marks.all_text_contents() == ["Trap", "quokka wombat"]
+    page = tab.goto("/grep?pattern=%28%5Cw%2B%5Cs%3F%29%2B%24&glob=trap.md")
+    expect(page.locator("#grep-results li mark").first).to_have_text("Trap")
+    assert page.locator("#grep-results li mark").all_text_contents() == [
+        "Trap", "quokka wombat"]
+    assert tab.foreign == [] and not tab.console

@@ -96,9 +96,7 @@ def _walk(top: object, skip: Callable[[object], bool]) -> str:
             continue
         if event == "start":
             if element is not top and (tag in _HIDDEN or skip(element)):
-                walker.skip_subtree()
-                if element.tail:
-                    out.append(element.tail)
+                walker.skip_subtree()  # its end still comes, with its tail
                 continue
             if tag in _BLOCK:
                 out.append("\n")
@@ -131,6 +129,8 @@ def html_text(markup: str, kind: str = "HTML page") -> tuple[str, str]:
     markup = _DOCTYPE_SUBSET.sub("<!DOCTYPE html>", markup, count=1)
     if not markup.strip():
         return "", ""
+    if len(markup) > TREE_BYTES_SAFE:
+        return _streamed_text(markup, kind)
     parser = lxml.html.HTMLParser(huge_tree=True)
     try:
         root = lxml.html.document_fromstring(markup, parser=parser)
@@ -162,6 +162,143 @@ def html_text(markup: str, kind: str = "HTML page") -> tuple[str, str]:
                 return text + "\n", title
     text = _walk(root, _is_chrome) or _walk(root, _is_inner_chrome)
     return (text + "\n" if text else ""), title
+
+
+class _Channel:
+    """The text of one candidate for the page's content, gathered as the parser goes: a
+    region (from the element that opens it to its end; or the whole page) minus the
+    subtrees its `skip` flag names, as _walk would write it."""
+
+    __slots__ = ("out", "done", "depth", "skipping", "inner")
+
+    def __init__(self, inner: bool, whole: bool = False) -> None:
+        self.inner = inner  # skip inner chrome only (else all chrome)
+        self.out: list[str] = []  # pieces as they come, joined into `done` every so often:
+        self.done: list[str] = []  # a million small strings would cost 60 bytes each
+        self.depth = 0 if whole else -1  # -1: its element not met yet; -2: met and closed
+        self.skipping = 0  # depth inside a skipped subtree
+
+    def start(self, block: bool, skip: bool) -> None:
+        self.depth += 1
+        if self.skipping:
+            self.skipping += 1
+        elif skip:
+            self.skipping = 1
+        elif block:
+            self.out.append("\n")
+
+    def end(self, block: bool) -> None:
+        self.depth -= 1
+        if self.skipping:
+            self.skipping -= 1
+            if self.skipping:
+                return
+        if block:
+            self.out.append("\n")  # a skipped block still ends a line, as in _walk
+
+    def compact(self) -> None:
+        self.done.append("".join(self.out))
+        self.out.clear()
+
+    def text(self) -> str:
+        self.compact()
+        lines = (_SPACES.sub(" ", line).strip() for line in "".join(self.done).split("\n"))
+        return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
+
+
+class _Gather:
+    """lxml parser target: every candidate of html_text's choice at once, no tree. The
+    regions, in html_text's order: <main>, role="main", <article>, .body, .document."""
+
+    def __init__(self) -> None:
+        self.regions = [_Channel(True) for _ in range(5)]
+        self.page = [_Channel(False, whole=True), _Channel(True, whole=True)]
+        self.active = list(self.page)  # the channels inside their region now
+        self.articles = 0
+        self.title: list[str] = []
+        self.in_title = 0
+
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        if not isinstance(tag, str):
+            return
+        classes = set((attrib.get("class") or "").split()) if attrib else set()
+        role = attrib.get("role") if attrib else None
+        chrome = (tag in _CHROME_TAGS or (role or "") in _CHROME_ROLES
+                  or bool(classes & _CHROME_CLASSES))
+        inner = tag == "nav" or bool(classes & {"related", "sphinxsidebar", "headerlink"})
+        hidden = tag in _HIDDEN
+        block = tag in _BLOCK
+        if self.in_title or tag == "title":
+            self.in_title += 1
+        self.articles += tag == "article"
+        for channel in self.active:
+            channel.start(block, hidden or (inner if channel.inner else chrome))
+        opens = (tag == "main", role == "main", tag == "article", "body" in classes,
+                 "document" in classes)
+        if any(opens):
+            for channel, met in zip(self.regions, opens, strict=True):
+                if met and channel.depth == -1:  # its first one: the region's own element
+                    channel.depth = 0
+                    if block:
+                        channel.out.append("\n")
+                    self.active.append(channel)
+
+    def end(self, tag: str) -> None:
+        if not isinstance(tag, str):
+            return
+        if self.in_title:
+            self.in_title -= 1
+        block = tag in _BLOCK
+        for channel in self.active:
+            channel.end(block)
+        if len(self.active) > 2:
+            for channel in self.active[2:]:
+                if channel.depth < 0:
+                    channel.depth = -2
+            self.active = [c for c in self.active if c.depth != -2]
+
+    def data(self, text: str) -> None:
+        if self.in_title:
+            self.title.append(text)
+        for channel in self.active:
+            if not channel.skipping:
+                channel.out.append(text)
+                if len(channel.out) > 4096:
+                    channel.compact()
+
+    def comment(self, text: str) -> None:
+        pass
+
+    def close(self) -> tuple[str, str]:
+        title = " ".join("".join(self.title).split())
+        for n, channel in enumerate(self.regions):
+            if n == 2 and self.articles != 1:
+                continue  # a list of articles: the page itself is the content
+            text = channel.text()
+            if text:
+                return text + "\n", title
+        text = self.page[0].text() or self.page[1].text()
+        return (text + "\n" if text else ""), title
+
+
+STREAM_CHUNK = 1 << 20  # characters of markup handed to the parser at a time
+
+
+def _streamed_text(markup: str, kind: str) -> tuple[str, str]:
+    """html_text for a page too large for a tree (20 MB of spans needed over 512 MB): the
+    parser hands its events to _Gather, which keeps only text."""
+    from lxml import etree
+
+    parser = etree.HTMLParser(target=_Gather(), huge_tree=True)
+    try:
+        for at in range(0, len(markup), STREAM_CHUNK):
+            parser.feed(markup[at:at + STREAM_CHUNK])
+        text, title = parser.close()
+    except etree.LxmlError as exc:
+        raise ExtractionError(f"the {kind} could not be read to its end ({exc})"[:200],
+                              "open it in a browser and save it again, or add it to "
+                              ".loomignore") from None
+    return text, title
 
 
 def _decode_html(data: bytes) -> str:

@@ -79,23 +79,22 @@ function wordsPattern(s) {
   return `(?:^|[^\\pL\\pN_])(?:${s.map((w) => w.replace(/[\\.+*?()|[\]{}^$-]/g, "\\$&")).join("|")})`;
 }
 
-// A grep pattern as a JS regex for highlighting (RE2 and JS agree on the common syntax;
-// where they do not, nothing is highlighted but the match is still listed).
-function patternRegex(pattern, caseSensitive) {
-  if (!pattern) return null;
-  let flags = caseSensitive ? "gu" : "giu";
-  let source = pattern;
-  const inline = /^\(\?([a-z]+)\)/.exec(source);
-  if (inline) {
-    source = source.slice(inline[0].length);
-    if (inline[1].includes("i")) flags = "giu";
+// A grep pattern never runs here (a JS RegExp backtracks: `(\w+\s?)+$` froze the tab for
+// 18 s): the grep API marks what matched (`spans: true`), with RE2, and the page only
+// draws those marks.
+
+// Text with marks at the given [from, to) character spans, as <mark> elements.
+function markedText(text, marks) {
+  const frag = document.createDocumentFragment();
+  let last = 0;
+  for (const [from, to] of marks || []) {
+    if (from < last || to <= from) continue;
+    if (from > last) frag.append(text.slice(last, from));
+    frag.append(el("mark", { text: text.slice(from, to) }));
+    last = to;
   }
-  try {
-    const re = new RegExp(source, flags);
-    return re.test("") ? null : (re.lastIndex = 0, re);
-  } catch {
-    return null;
-  }
+  if (last < text.length) frag.append(text.slice(last));
+  return frag;
 }
 
 // Text with the regex's matches as <mark> elements: text nodes only, never HTML.
@@ -441,12 +440,12 @@ views.grep = (() => {
                        case: $("grep-case").checked ? "1" : "" }));
   });
 
-  function matchLink(m, pattern, caseSensitive, re) {
+  function matchLink(m, pattern, caseSensitive) {
     const where = [`line ${m.line}`, `offset ${m.offset}`];
     if (m.page) where.push(`page ${m.page}`);
     const lines = el("pre");
     for (const b of m.before || []) lines.append(el("span", { class: "ctx" }, `${b}\n`));
-    lines.append(highlighted(m.text, re));
+    lines.append(markedText(m.text, m.marks));
     for (const a of m.after || []) lines.append(el("span", { class: "ctx" }, `\n${a}`));
     const link = navLink("/file", { path: m.path, offset: m.offset, pattern, case: caseSensitive ? "1" : "" },
       el("span", { class: "meta" }, ...where.map((w) => el("span", {}, w))), lines);
@@ -471,11 +470,10 @@ views.grep = (() => {
     const mine = ++seq;
     count.textContent = "Searching…";
     try {
-      const body = { pattern, context, case_sensitive: caseSensitive, limit: MATCHES_MAX };
+      const body = { pattern, context, case_sensitive: caseSensitive, limit: MATCHES_MAX, spans: true };
       if (globs.length) body.glob = globs;
       const result = await callJSON("POST", "/grep", body);
       if (mine !== seq) return;
-      const re = patternRegex(pattern, caseSensitive);
       const groups = new Map();
       for (const m of result.matches) {
         if (!groups.has(m.path)) groups.set(m.path, []);
@@ -488,7 +486,7 @@ views.grep = (() => {
         : "No match.";
       out.replaceChildren(...[...groups].map(([path, ms]) => el("section", { class: "group" },
         el("h2", {}, navLink("/file", { path, pattern, case: caseSensitive ? "1" : "" }, path)),
-        el("ol", {}, ...ms.map((m) => matchLink(m, pattern, caseSensitive, re))))));
+        el("ol", {}, ...ms.map((m) => matchLink(m, pattern, caseSensitive))))));
     } catch (error) {
       if (mine !== seq) return;
       count.textContent = error.message;
@@ -534,6 +532,12 @@ views.file = (() => {
       if (b > start && a < end) {
         marks.push({ from: indexOfByte(text, Math.max(0, a - start)),
                      to: indexOfByte(text, Math.min(end, b) - start), cls: "current", offset: a });
+      }
+    } else if (doc.spans) {
+      for (const [at, length] of doc.spans) {
+        if (at + length <= start || at >= end) continue;
+        marks.push({ from: indexOfByte(text, Math.max(0, at - start)),
+                     to: indexOfByte(text, Math.min(end, at + length) - start), offset: at });
       }
     } else if (doc.re) {
       doc.re.lastIndex = 0;
@@ -677,7 +681,7 @@ views.file = (() => {
   function updateNav() {
     const n = doc.matches.length;
     prev.disabled = next.disabled = n < 2;
-    pos.textContent = n ? `match ${doc.at + 1} of ${n}${doc.truncated ? "+" : ""}` : (doc.re ? "no match" : "");
+    pos.textContent = n ? `match ${doc.at + 1} of ${n}${doc.truncated ? "+" : ""}` : (doc.re || doc.spans ? "no match" : "");
     prev.hidden = next.hidden = !n;
   }
 
@@ -728,16 +732,18 @@ views.file = (() => {
     try {
       const terms = pattern ? [] : await termsOf(q);
       if (mine !== seq) return;
-      const re = pattern ? patternRegex(pattern, caseSensitive) : wordsRegex(terms);
+      const re = pattern ? null : wordsRegex(terms); // a user's pattern: RE2's marks only
       const grepPattern = pattern || wordsPattern(terms);
       const [info, found] = await Promise.all([
         callJSON("POST", "/pages", { path }),
         grepPattern
-          ? callJSON("POST", "/grep", { pattern: grepPattern, path, case_sensitive: caseSensitive, limit: MATCHES_MAX })
+          ? callJSON("POST", "/grep", { pattern: grepPattern, path, case_sensitive: caseSensitive,
+                                      limit: MATCHES_MAX, spans: Boolean(pattern) })
           : Promise.resolve({ matches: [], truncated: false }),
       ]);
       if (mine !== seq) return;
-      doc = { path: info.path, total: info.content_len, pages: info.pages, re,
+      const spans = pattern ? found.matches.flatMap((m) => m.spans || []) : null;
+      doc = { path: info.path, total: info.content_len, pages: info.pages, re, spans,
               span: length !== null && offset !== null ? [offset, offset + length] : null,
               matches: found.matches, truncated: found.truncated, at: 0, chunks: [],
               link: { path, q, pattern, case: caseSensitive ? "1" : "", length: length ?? "" } };
