@@ -333,10 +333,13 @@ def _context(buf: bytes, line_start: int, line_end: int, n_before: int, n_after:
 _WHOLE_TEXT = re.compile(r"\\[Az]|\(\?[a-zA-Z]*-")
 
 
-def search_text(regex: Any, buf: bytes, group: int = 0
+def search_text(regex: Any, buf: bytes, group: int = 0, multiline: bool = False
                 ) -> Iterable[tuple[int, int, int, int, int]]:
     """Yield (line number, match start, match end, line start, line end) per matching line.
-    `group`: the part of the regex's match that is the match (1 for -w)."""
+    `group`: the part of the regex's match that is the match (1 for -w). `multiline`
+    (-U): a match may span lines; its line end is the end of its last line (a match
+    ending with a newline ends on that newline's line), and the next match may start on
+    the line where it ended."""
     pos = 0
     line_no = 1
     counted_to = 0
@@ -349,10 +352,10 @@ def search_text(regex: Any, buf: bytes, group: int = 0
         if start == size and (size == 0 or buf.endswith(b"\n")):
             return  # nothing follows the last newline: not a line
         line_start = buf.rfind(b"\n", 0, start) + 1
-        line_end = buf.find(b"\n", start)
+        line_end = buf.find(b"\n", max(start, end - 1) if multiline else start)
         if line_end < 0:
             line_end = size
-        if end > line_end:  # crossed a newline: look again inside this line only
+        if end > line_end and not multiline:  # crossed a newline: look inside this line
             m = regex.search(buf, line_start, line_end)
             if m is None:
                 pos = line_end + 1
@@ -361,37 +364,12 @@ def search_text(regex: Any, buf: bytes, group: int = 0
         line_no += buf.count(b"\n", counted_to, line_start)
         counted_to = line_start
         yield line_no, start, end, line_start, line_end
-        pos = line_end + 1
-
-
-def search_multiline(regex: Any, buf: bytes, group: int = 0
-                     ) -> Iterable[tuple[int, int, int, int, int]]:
-    """As search_text, for -U: a match may span lines; its line end is the end of its
-    last line (a match ending with a newline ends on that newline's line)."""
-    pos = 0
-    line_no = 1
-    counted_to = 0
-    size = len(buf)
-    while pos <= size:
-        m = regex.search(buf, pos)
-        if m is None:
-            return
-        start, end = m.span(group)
-        if start == size and (size == 0 or buf.endswith(b"\n")):
-            return
-        line_start = buf.rfind(b"\n", 0, start) + 1
-        line_end = buf.find(b"\n", max(start, end - 1))
-        if line_end < 0:
-            line_end = size
-        line_no += buf.count(b"\n", counted_to, line_start)
-        counted_to = line_start
-        yield line_no, start, end, line_start, line_end
-        pos = end if end > start else end + 1
+        pos = (end if end > start else end + 1) if multiline else line_end + 1
 
 
 def other_lines(found: Iterable[tuple[int, int, int, int, int]], buf: bytes
                 ) -> Iterator[tuple[int, int, int, int, int]]:
-    """The lines none of `found` (search_text's or search_multiline's) touches, in the
+    """The lines none of `found` (search_text's, -U or not) touches, in the
     same shape: grep -v. The match of such a line is empty, at its start."""
     pos, line_no, size = 0, 1, len(buf)
 
@@ -505,13 +483,12 @@ def matches(store: Store, pattern: str | Sequence[str], *, path: str | None = No
     # ends, nor for -v and -U (every line, matches across lines).
     by_blocks = not (n_before or n_after or invert or multiline
                      or _WHOLE_TEXT.search(compiled.text))
-    search = search_multiline if multiline else search_text
     for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, holding, by_blocks):
         pages = json.loads(pages_json) if pages_json else None
         count = 0
         window_end: int | None = None  # -m reached: the last match's after-context ends
         for first_byte, first_line, buf in pieces:
-            found_lines = search(compiled.regex, buf, compiled.group)
+            found_lines = search_text(compiled.regex, buf, compiled.group, multiline)
             if invert:
                 found_lines = other_lines(found_lines, buf)
             printed_to = -1  # -U: the last byte of the lines given so far

@@ -14,7 +14,7 @@ import re
 import sqlite3
 import time
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
@@ -378,6 +378,45 @@ def _runs(spans: list[Span], chosen: Iterable[int]) -> list[Span]:
     return out
 
 
+def _ready(conn: sqlite3.Connection, path: Path,
+           set_up: Callable[[sqlite3.Connection, Path], None]) -> sqlite3.Connection:
+    """A new connection to the index, checked as loom's and set up; closed (and the error
+    explained in one line) when that fails."""
+    try:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        check_owner(conn, path)
+        set_up(conn, path)
+    except BaseException as exc:
+        conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise explain(exc, path) from None
+        raise
+    return conn
+
+
+def _set_up(conn: sqlite3.Connection, path: Path) -> None:
+    # Takes effect only when the file is created (in WAL mode it is fixed).
+    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA cache_size = -32000")
+    # Read through a memory map: a fresh `loom grep` reads every text once, and
+    # copying pages into SQLite's cache would cost more than the search itself.
+    conn.execute("PRAGMA mmap_size = 1073741824")
+    migrate(conn)
+
+
+def _check_current(conn: sqlite3.Connection, path: Path) -> None:
+    """A read-only index must need no migration: it cannot take one."""
+    conn.execute("PRAGMA mmap_size = 1073741824")
+    done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+    if {name for name, _ in MIGRATIONS} - done:
+        raise IndexStateError(
+            f"the index at {path} was made by an older loom and is read-only here",
+            "run `loom scan` once as a user who can write it (it upgrades the index)")
+
+
 class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
@@ -408,25 +447,7 @@ class Store:
             return cls._open_read_only(path)  # no room for the WAL's side files
         conn = sqlite3.connect(path, isolation_level=None, timeout=30,
                                check_same_thread=False)
-        try:
-            conn.execute("PRAGMA busy_timeout = 30000")
-            check_owner(conn, path)
-            # Takes effect only when the file is created (in WAL mode it is fixed).
-            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA cache_size = -32000")
-            # Read through a memory map: a fresh `loom grep` reads every text once, and
-            # copying pages into SQLite's cache would cost more than the search itself.
-            conn.execute("PRAGMA mmap_size = 1073741824")
-            migrate(conn)
-        except BaseException as exc:
-            conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise explain(exc, path) from None
-            raise
-        return cls(conn, path)
+        return cls(_ready(conn, path, _set_up), path)
 
     @classmethod
     def _open_read_only(cls, path: Path) -> Store:
@@ -444,21 +465,7 @@ class Store:
                                    check_same_thread=False)
         except sqlite3.Error as exc:
             raise explain(exc, path) from None
-        try:
-            conn.execute("PRAGMA busy_timeout = 30000")
-            check_owner(conn, path)
-            conn.execute("PRAGMA mmap_size = 1073741824")
-            done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
-            if {name for name, _ in MIGRATIONS} - done:
-                raise IndexStateError(
-                    f"the index at {path} was made by an older loom and is read-only here",
-                    "run `loom scan` once as a user who can write it (it upgrades the index)")
-        except BaseException as exc:
-            conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise explain(exc, path) from None
-            raise
-        return cls(conn, path)
+        return cls(_ready(conn, path, _check_current), path)
 
     def close(self) -> None:
         self.conn.close()

@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +107,24 @@ def as_user(*trees: Path) -> list[str]:
         for p in [tree, *tree.rglob("*")]:
             os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
     return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+def scanned_with_meaning(home: Path, notes: Path, loom: Any) -> Path:
+    """`home` made to index `notes` with the built-in model's vectors, and an LLM endpoint
+    nothing listens on (ask must not call it); scanned by `loom` (a module-scoped
+    fixture's, so LOOM_HOME is set for the scan by hand and put back)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    write(home / "config.toml", "[embeddings]\nenabled = true\n[llm]\nprovider = "
+          f'"ollama"\nendpoint = "http://127.0.0.1:{closed}"\n')
+    old = os.environ.get("LOOM_HOME")
+    os.environ["LOOM_HOME"] = str(home)
+    try:
+        loom("scan", str(notes))
+    finally:
+        if old is not None:
+            os.environ["LOOM_HOME"] = old
+    return home

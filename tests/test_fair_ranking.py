@@ -7,10 +7,8 @@ vectors."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +21,7 @@ from hypothesis import strategies as st
 from loomcli import retrieve
 from loomcli.migrations import words_apart
 from loomcli.store import Store
-from tests.conftest import write
+from tests.conftest import scanned_with_meaning, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
 UPS_NOTE = ("# New UPS for the NAS\n\nAfter the power cut in March took the NAS down, I "
@@ -96,19 +94,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("fair")
     home = base / "home"
     notes = folder(base)
-    with socket.socket() as s:  # a port nothing listens on: ask must not call it
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    write(home / "config.toml", "[embeddings]\nenabled = true\n[llm]\nprovider = "
-          f'"ollama"\nendpoint = "http://127.0.0.1:{closed}"\n')
-    old = os.environ.get("LOOM_HOME")
-    os.environ["LOOM_HOME"] = str(home)
-    try:
-        loom("scan", str(notes))
-    finally:
-        if old is not None:
-            os.environ["LOOM_HOME"] = old
-    return home
+    return scanned_with_meaning(home, notes, loom)
 
 
 @pytest.fixture

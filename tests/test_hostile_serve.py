@@ -6,11 +6,9 @@ Servers are real `loom serve` processes spoken to over real sockets."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import resource
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -22,19 +20,11 @@ from loomcli.errors import IgnorePatternError
 
 from .conftest import as_user, write
 from .llm_server import FakeLLM
+from .test_hostile import loom  # noqa: F401 - run as another user too
 from .test_http import Server
 
 LOOM = [sys.executable, "-m", "loomcli"]
 HUGE = r"\w{1000}\w{1000}\w{1000}"  # 18 characters, 4 million RE2 instructions
-
-
-def loom(*args: str, check: int | None = 0, run_as: list[str] | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*(run_as or []), *LOOM, *args], capture_output=True, text=True,
-                          env=os.environ, timeout=120)
-    if check is not None:
-        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
 
 
 # Item 2: counted repetitions -------------------------------------------------------------

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loomcli import retrieve
-from tests.conftest import FIXTURES, write
+from tests.conftest import FIXTURES, scanned_with_meaning, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
 NONSENSE = ["zzzzqqq", "qwpoeiruty asdfjkl", "xkcd zorblat fnord"]
@@ -67,19 +66,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, topic in (("printer", "printer queue"), ("shell", "shell script"),
                         ("editor", "editor buffer")):
         write(notes / "manuals" / f"{name}-manual.md", manual(f"The {name} manual", topic))
-    with socket.socket() as s:  # a port nothing listens on: ask must not call it
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    write(home / "config.toml", "[embeddings]\nenabled = true\n[llm]\nprovider = "
-          f'"ollama"\nendpoint = "http://127.0.0.1:{closed}"\n')
-    old = os.environ.get("LOOM_HOME")
-    os.environ["LOOM_HOME"] = str(home)
-    try:
-        loom("scan", str(notes))
-    finally:
-        if old is not None:
-            os.environ["LOOM_HOME"] = old
-    return home
+    return scanned_with_meaning(home, notes, loom)
 
 
 @pytest.fixture
