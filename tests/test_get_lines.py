@@ -4,22 +4,11 @@ text's length."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-LOOM = [sys.executable, "-m", "loomcli"]
+from .test_cli_scan import loom
+
 pytestmark = pytest.mark.plain
-
-
-def loom(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*LOOM, *args], capture_output=True, text=True, env=os.environ,
-                          timeout=120)
-    if check is not None:
-        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
 
 
 def test_grep_hits_read_back_by_path_and_line(scanned_notes):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,7 @@ from loomcli import config, console
 from loomcli.discover import DOCUMENTS
 
 from .conftest import write
-
-LOOM = [sys.executable, "-m", "loomcli"]
-
-
-def loom(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*LOOM, *args], capture_output=True, text=True, env=os.environ,
-                          timeout=120)
-    if check is not None:
-        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
+from .test_cli_scan import LOOM, loom
 
 
 def test_status_without_an_index_reports_none(loom_home):

@@ -14,12 +14,13 @@ have their target in the first 3 of both BM25 and the vectors but below 3rd in h
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+
+from bench_retrieval import Cached  # run as a script: tests/bench is on sys.path
 
 VARIANTS: dict[str, tuple[dict[str, float], dict[str, object]]] = {
     # name: (module constants of retrieve, Weights fields)
@@ -34,19 +35,6 @@ VARIANTS: dict[str, tuple[dict[str, float], dict[str, object]]] = {
     "short files filled": ({}, {"extra": {"fill_short": True}}),
     "filled, next 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {"extra": {"fill_short": True}}),
 }
-
-
-class Cached:
-    """The store's BM25 answers, kept: every recipe asks the same ones."""
-
-    def __init__(self, store):
-        self._store = store
-        self.rank = functools.lru_cache(maxsize=None)(store.rank)
-        self.rank_passages = functools.lru_cache(maxsize=None)(store.rank_passages)
-        self.frequency = functools.lru_cache(maxsize=None)(store.frequency)
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
 
 
 def main() -> None:
