@@ -22,6 +22,31 @@ from pathlib import Path, PurePosixPath
 
 from loomcli.config import Config
 from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
+from loomcli.limits import (  # noqa: F401 - the edges read them from here too
+    AGENT_MAX_CALLS,
+    ASK_CANDIDATES,
+    CONVERSATIONS_LIMIT,
+    CONVERSATIONS_LIMIT_MAX,
+    EXCERPT_CHARS,
+    EXCERPT_CHARS_MAX,
+    EXCERPT_CHARS_MIN,
+    EXCERPT_HEAD_CHARS,
+    FAILURES_SHOWN,
+    GLOBS_MAX,
+    GREP_CASE,
+    GREP_CONTEXT_MAX,
+    GREP_LIMIT,
+    GREP_LIMIT_MAX,
+    HISTORY_SHARE,
+    QUERY_CHARS_MAX,
+    QUERY_EMBED_CHARS,
+    SEARCH_LIMIT,
+    SEARCH_LIMIT_MAX,
+    SEARCH_MODES,
+    TERMS_MAX,
+    TOOL_RESULT_CHARS,
+    TOP_K_MAX,
+)
 from loomcli.records import Record
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
@@ -34,30 +59,6 @@ if TYPE_CHECKING:
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
     from loomcli.store import FileInfo, Hit, Store
-
-# Defaults and limits of every edge.
-SEARCH_LIMIT, SEARCH_LIMIT_MAX = 10, 500
-GREP_LIMIT, GREP_LIMIT_MAX = 50, 500
-FAILURES_SHOWN = 200  # failed files listed by `failures()` (the count in status is whole)
-GREP_CONTEXT_MAX = 50
-# The CLI's case rule when no flag is given: ignore case unless the pattern holds an
-# upper-case letter (ripgrep's -S). A lower-case pattern finds what loom 0.1 found; a
-# pattern typed with capitals (`TaskGroup`, `EINVAL`) means them, as in grep and ripgrep.
-GREP_CASE = "smart"
-EXCERPT_CHARS, EXCERPT_CHARS_MIN, EXCERPT_CHARS_MAX = 2000, 200, 200_000
-EXCERPT_HEAD_CHARS = 1200  # at most a quarter of excerpt_chars, as in ask
-TOP_K_MAX = 50
-ASK_CANDIDATES = 3  # ask ranks top_k × this many files: near-copies and left-outs give way
-SEARCH_MODES = ("auto", "bm25", "semantic", "hybrid")
-QUERY_EMBED_CHARS = 2000  # what of a query is embedded (a passage's worth; bounded time)
-QUERY_CHARS_MAX = 100_000  # a query, pattern or question longer than this is refused
-GLOBS_MAX = 100
-TERMS_MAX = 64  # words of a query the page highlights
-# Agent mode and conversations (README: "Agent mode", "Conversations").
-AGENT_MAX_CALLS = 10  # model calls of one agent ask, in all ([ask] max_steps counts tools)
-TOOL_RESULT_CHARS = 6000  # one tool result's cap in agent mode (JSON characters)
-HISTORY_SHARE = 4  # a follow-up's earlier turns take at most a quarter of the window's room
-CONVERSATIONS_LIMIT, CONVERSATIONS_LIMIT_MAX = 20, 1000
 
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
@@ -982,7 +983,7 @@ class Corpus:
         k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
         mode = self._mode(mode)
         warnings: list[str] = []
-        budget = window or self._budget(provider, k, warnings)
+        budget = window or self.window_budget(provider, k, warnings)
         earlier = recalled.tokens if recalled is not None else 0
         started = clock()
         with self.store() as store:
@@ -1018,8 +1019,8 @@ class Corpus:
         return (history.retrieval_text(conv, question),
                 history.recall(conv, plan.history_tokens, plan.estimate))
 
-    def _budget(self, provider: Provider | None, top_k: int, warnings: list[str]
-                ) -> Budget | None:
+    def window_budget(self, provider: Provider | None, top_k: int, warnings: list[str]
+                      ) -> Budget | None:
         """The token budget of an ask: the provider's window (asked once per model and
         endpoint), less the answer's reserve. No provider configured: the character
         bounds only. Without a provider given (`--show-context`), a server that cannot

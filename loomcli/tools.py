@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loomcli.errors import QueryError
-from loomcli.operations import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, SEARCH_MODES
+from loomcli.limits import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, SEARCH_MODES
 
 if TYPE_CHECKING:
     from loomcli.operations import Corpus

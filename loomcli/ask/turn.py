@@ -56,7 +56,7 @@ def budget(corpus: Corpus, provider: Provider, question: str, share: int) -> Pla
 
     warnings: list[str] = []
     k = corpus.config.get("ask.top_k")
-    planned = corpus._budget(provider, k, warnings) or window.Budget(
+    planned = corpus.window_budget(provider, k, warnings) or window.Budget(
         DEFAULT_WINDOW, window.answer_reserve(DEFAULT_WINDOW, None), "default")
     room = planned.prompt_tokens - tokens.estimate(agent.INSTRUCTIONS) \
         - tokens.estimate(question)

@@ -43,7 +43,7 @@ def main() -> None:
     for w in WINDOWS:
         provider = StandIn("openai", w, "llama.cpp /props")
         provider.model = f"m{w}"
-        budget = corpus._budget(provider, 5, [])
+        budget = corpus.window_budget(provider, 5, [])
         assert budget is not None
 
         def used(b: Any, provider: Any = provider) -> tuple[list[float], list[float], int]:

@@ -1,0 +1,147 @@
+"""The layers hold: edges (the CLI, the fast path, MCP, HTTP, the page, watch) call the
+operations, which call the rest; nothing below the operations imports them or an edge,
+and no module imports one that imports it back. Imports inside functions (kept there
+for start-up time) count as much as those at the top; those only for type checking
+(`if TYPE_CHECKING:`) do not run, so they do not."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "loomcli"
+# The edges: each parses what a user or a client sends, calls the operations, renders.
+EDGES = {"__main__", "cli", "fastpath", "mcp_server", "http_server", "webpage", "watch",
+         "reading", "scanning", "console", "grep_printer", "evaluate"}
+OPERATIONS = "operations"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _runtime_nodes(tree: ast.AST):
+    for node in ast.iter_child_nodes(tree):
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):
+            for child in node.orelse:
+                yield child
+                yield from _runtime_nodes(child)
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {loomcli module it imports: line}. `from pkg import sub` imports `sub`
+    (its package runs first, but is not what the importer uses)."""
+    modules = _modules()
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[:len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                subs = [f"{source}.{a.name}" for a in node.names
+                        if f"{source}.{a.name}" in modules]
+                targets = subs if len(subs) == len(node.names) else [source, *subs]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].setdefault(target, node.lineno)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _short(module: str) -> str:
+    return module.removeprefix("loomcli.")
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = import_graph()
+    cycles = _cycles(graph)
+    described = [" <-> ".join(_short(m) for m in c) + ": " + "; ".join(
+        f"{_short(a)}:{line} imports {_short(b)}" for a in c for b, line in graph[a].items()
+        if b in c) for c in cycles]
+    assert not cycles, "import cycles:\n" + "\n".join(described)
+
+
+def test_nothing_below_the_operations_imports_them_or_an_edge():
+    graph = import_graph()
+    above = {f"loomcli.{e}" for e in EDGES} | {f"loomcli.{OPERATIONS}"}
+    wrong = [f"{_short(m)}:{line} imports {_short(t)}" for m, targets in graph.items()
+             if m not in above for t, line in targets.items() if t in above]
+    assert not wrong, "upward imports:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_imports_inside_functions_and_not_type_only_ones(tmp_path, monkeypatch):
+    """The two rules above would pass on anything if the graph missed imports: a cycle
+    through a function-level import is found, one through a type-only import is not."""
+    package = tmp_path / "loomcli"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from loomcli import b\n")
+    (package / "b.py").write_text("TYPE_CHECKING = False\nif TYPE_CHECKING:\n"
+                                  "    from loomcli import c\nimport loomcli.a\n")
+    (package / "c.py").write_text("from loomcli.b import x\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["PACKAGE"]), "PACKAGE", package)
+    graph = import_graph()
+    assert graph["loomcli.a"] == {"loomcli.b": 2}
+    assert graph["loomcli.b"] == {"loomcli.a": 4}
+    assert _cycles(graph) == [["loomcli.a", "loomcli.b"]]
+
+
+@pytest.mark.parametrize("edge", sorted(EDGES))
+def test_every_edge_named_here_exists(edge):
+    assert f"loomcli.{edge}" in _modules()
