@@ -64,11 +64,12 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     @server.tool(description=tools.SEARCH.description)
     async def loom_search(query: str, limit: int = SEARCH_LIMIT,
                           excerpt_chars: int = EXCERPT_CHARS,
-                          mode: str = "auto", tag: list[str] | None = None
+                          mode: str = "auto", tag: list[str] | None = None,
+                          path: str | None = None, glob: list[str] | None = None
                           ) -> dict[str, Any]:
         return await reading(tools.SEARCH, {"query": query, "limit": limit,
                                             "excerpt_chars": excerpt_chars, "mode": mode,
-                                            "tag": tag})
+                                            "tag": tag, "path": path, "glob": glob})
 
     @server.tool(description=tools.GREP.description)
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,

@@ -50,6 +50,11 @@ def _schema(properties: dict[str, dict[str, Any]], required: list[str]) -> dict[
     return {"type": "object", "properties": properties, "required": required}
 
 
+def _strings_or_null() -> dict[str, Any]:
+    return {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+            "default": None}
+
+
 def _nullable(kind: str) -> dict[str, Any]:
     return {"anyOf": [{"type": kind}, {"type": "null"}], "default": None}
 
@@ -64,16 +69,19 @@ SEARCH = Tool(
     "or hybrid. Any text is a valid query; questions in the user's own words work. For "
     "exact codes or strings use loom_grep instead. tag: only notes with every one of "
     "these tags (#tag in a note or its front matter; `#tag` in the query does the same); "
-    "backlinks: how many notes link to a hit.",
+    "backlinks: how many notes link to a hit. path (a file or folder, as loom_list_files "
+    "shows it) and glob (gitignore-style, `!` excludes) narrow the files, as in loom_grep.",
     _schema({"query": {"type": "string"},
              "limit": {"type": "integer", "default": SEARCH_LIMIT},
              "excerpt_chars": {"type": "integer", "default": EXCERPT_CHARS},
              "mode": {"type": "string", "default": "auto", "enum": list(SEARCH_MODES)},
-             "tag": {"anyOf": [{"type": "array", "items": {"type": "string"}},
-                               {"type": "null"}], "default": None}},
+             "tag": _strings_or_null(),
+             "path": _nullable("string"),
+             "glob": _strings_or_null()},
             ["query"]),
     lambda c, a: c.search(a["query"], a.get("limit"), a.get("excerpt_chars", EXCERPT_CHARS),
-                          a.get("mode"), tags=a.get("tag")).to_dict(),
+                          a.get("mode"), tags=a.get("tag"), path=a.get("path"),
+                          globs=a.get("glob")).to_dict(),
     lambda r: _count(len(r.get("hits", [])), "hit"),
 )
 

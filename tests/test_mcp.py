@@ -153,3 +153,25 @@ def test_no_match_is_an_empty_result_not_an_error(notes, loom_home):
     assert grep == {"matches": [], "truncated": False}
     assert ask == {"answer": "", "citations": [], "used": [], "sources": [], "quotes": [],
                    "context": None, "timings": {}, "conversation_id": None, "steps": []}
+
+
+def test_search_narrows_by_folder_and_glob_as_http_does(notes, loom_home):
+    """loom_search takes `path` and `glob` as HTTP's /search does: an agent narrows a
+    search to a folder or kind of file as an app can."""
+    async def body(client):
+        every = structured(await client.call_tool("loom_search", {"query": "warp"}))
+        folder = structured(await client.call_tool(
+            "loom_search", {"query": "warp", "path": "manuals", "excerpt_chars": 0}))
+        globbed = structured(await client.call_tool(
+            "loom_search", {"query": "warp", "glob": ["*.md"], "excerpt_chars": 0}))
+        excluded = structured(await client.call_tool(
+            "loom_search", {"query": "warp", "glob": ["!manuals/*"], "excerpt_chars": 0}))
+        return every, folder, globbed, excluded
+
+    every, folder, globbed, excluded = run_session(loom_home, body)
+    paths = {h["path"] for h in every["hits"]}
+    assert any(p.startswith("manuals/") for p in paths) and any(p.endswith(".md") for p in paths)
+    assert {h["path"] for h in folder["hits"]} == {p for p in paths if p.startswith("manuals/")}
+    assert {h["path"] for h in globbed["hits"]} == {p for p in paths if p.endswith(".md")}
+    assert {h["path"] for h in excluded["hits"]} == {
+        p for p in paths if not p.startswith("manuals/")}

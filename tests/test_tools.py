@@ -74,7 +74,7 @@ def test_results_are_the_operations_json(corpus):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(chars=st.integers(200, 20_000), offset=st.integers(0, 150_000))
+@given(chars=st.integers(200, 20_000), offset=st.integers(0, 120_008))  # long.md's length
 def test_fit_caps_each_result_and_keeps_its_meaning(corpus, chars, offset):
     grep = tools.fit("loom_grep", tools.GREP.call(corpus, {"pattern": "FT-2026",
                                                            "limit": 500}), chars)
@@ -91,3 +91,8 @@ def test_fit_caps_each_result_and_keeps_its_meaning(corpus, chars, offset):
         corpus, {"query": "unicode words", "excerpt_chars": 20_000}), max(chars, 600))
     assert tools.size(found) <= max(chars, 600)
     json.dumps(found)
+
+
+def test_an_offset_past_the_end_is_an_error_naming_the_length(corpus):
+    with pytest.raises(QueryError, match="whose text is 120,008 bytes"):
+        tools.GET_FILE.call(corpus, {"path": "long.md", "offset": 120_009})
