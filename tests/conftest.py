@@ -24,6 +24,28 @@ def sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """As root, this session's temp folders live in a folder of their own: pytest sets
+    /tmp/pytest-of-root back to mode 0700 whenever any session starts, and the tests
+    that drop privileges (as_user) need their folders' parents open to that user — a
+    second suite started meanwhile made them fail at random."""
+    if os.geteuid() == 0 and not config.option.basetemp and not hasattr(config, "workerinput"):
+        import tempfile
+
+        base = tempfile.mkdtemp(prefix="loom-tests-")
+        config.option.basetemp = os.path.join(base, "basetemp")
+        config.stash[_OWN_BASETEMP] = base
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = config.stash.get(_OWN_BASETEMP, None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
 @pytest.fixture(autouse=True)
 def loom_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "loom-home"
