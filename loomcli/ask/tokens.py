@@ -84,9 +84,3 @@ def estimate(text: str) -> int:
     """Tokens `text` takes at most in a BPE vocabulary, by measurement (see MARGIN)."""
     return math.ceil(raw_estimate(text) * MARGIN) + 1
 
-
-def chars_for(tokens: int, sample: str) -> int:
-    """About how many characters of text like `sample` fit in `tokens` (a first guess that
-    the caller then checks with `estimate`)."""
-    per_char = estimate(sample) / max(1, len(sample)) if sample else 1.0
-    return max(0, int(tokens / max(per_char, 1e-6)))
