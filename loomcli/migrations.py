@@ -11,7 +11,10 @@ from collections.abc import Callable, Iterator
 
 from loomcli import scripts
 from loomcli.errors import IndexStateError
-from loomcli.extract import markdown
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from loomcli.extract import markdown
 
 # BM25 column weights: a query word in a file's title counts this many times more than
 # one in its body (titles are short and say what the file is about).
@@ -159,6 +162,8 @@ def put_note(conn: sqlite3.Connection, file_id: int, relpath: str,
              meta: markdown.NoteMeta | None, body: str | None = None) -> None:
     """A file's rows in `notes`, `tags` and `links` (its link name, and for a Markdown
     note what it says about itself; `body`: its text, for where the body starts)."""
+    from loomcli.extract import markdown  # notes only: not on start-up
+
     at = chars = 0
     if meta is not None and meta.body_start and body is not None:
         chars = meta.body_start
@@ -185,6 +190,8 @@ def _fill_notes(conn: sqlite3.Connection) -> None:
     """What the notes indexed before say about themselves, read from their stored text
     (the file as it was read): no rescan needed. A note with front matter or fields
     leaves the BM25 index with its old values and comes back through the new view."""
+    from loomcli.extract import markdown  # notes only: not on start-up
+
     rows = conn.execute("SELECT f.id, f.relpath, f.kind FROM files f "
                         "JOIN docs d ON d.id = f.id").fetchall()
     for file_id, relpath, kind in rows:

@@ -48,6 +48,7 @@ from loomcli.limits import (  # noqa: F401 - the edges read them from here too
     TOP_K_MAX,
 )
 from loomcli.records import Record
+from loomcli.sanitize import has_surrogates
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ _EMBEDDERS_LOCK = threading.Lock()
 Sending = Callable[["Prompt | None", str], None]  # (what is sent, the model) before a call
 
 CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
-_NOT_UTF8 = re.compile("[\ud800-\udfff]")  # lone surrogates: bytes that were not UTF-8
 
 
 # -- argument checks ----------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _text(name: str, value: Any, *, required: bool = True) -> str:
     if len(value) > QUERY_CHARS_MAX:
         raise QueryError(f"{name} is longer than {QUERY_CHARS_MAX:,} characters",
                          "shorten it")
-    if _NOT_UTF8.search(value):  # argv bytes that are not UTF-8; a JSON "\udcff"
+    if has_surrogates(value):  # argv bytes that are not UTF-8; a JSON "\udcff"
         try:  # the bytes as given: "caf\xe9.md"
             given = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         except UnicodeEncodeError:
@@ -545,10 +545,12 @@ class Corpus:
         `globs` (grep's -g) narrow the files; `within`: a folder on disk (the CLI's
         --here), as grep's. `tags` (--tag) and the query's `#tags` keep the files that
         have every one of them; a query of tags alone ranks those by the tags' words."""
-        from loomcli.extract.markdown import split_tags
-
         query = _text("query", query, required=False)
-        query, wanted = split_tags(query)
+        wanted: list[str] = []
+        if "#" in query:  # (the notes module only then: not on a plain search's start-up)
+            from loomcli.extract.markdown import split_tags
+
+            query, wanted = split_tags(query)
         wanted += [t.strip().lstrip("#").strip("/").lower() for t in _strings("tag", tags)]
         if wanted and not query.strip():
             query = " ".join(t.replace("/", " ") for t in wanted)

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from loomcli import scripts
 from loomcli.errors import IndexMissingError, IndexStateError
-from loomcli.extract import Extracted, markdown
+from loomcli.extract import Extracted
 from loomcli.migrations import (
     CHUNK_SHIFT,
     MIGRATIONS,
@@ -811,6 +811,8 @@ class Store:
         self.conn.execute(
             "UPDATE files SET root_id = ?, relpath = ?, size = ?, mtime_ns = ? WHERE id = ?",
             (root_id, relpath, size, mtime_ns, file_id))
+        from loomcli.extract import markdown
+
         self.conn.execute("UPDATE notes SET name = ? WHERE file_id = ?",
                           (markdown.name_key(relpath), file_id))
 
@@ -1112,6 +1114,8 @@ class Store:
         """The file a `[[target]]` names, as Obsidian resolves it: by file name (a note's
         without `.md`), case-insensitively; a target with folders must end the file's
         path; of several, the shortest path (then the first in path order)."""
+        from loomcli.extract import markdown
+
         key = markdown.link_key(target)
         if not key:
             return None
