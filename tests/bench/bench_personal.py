@@ -5,7 +5,8 @@ r"""Everyday questions over a person's own notes beside big manuals, measured wi
 
 The folder is WORK/corpus, one root holding four folders, so every path shows as the
 questions name it:
-- til/: Josh Branchaud's TIL notes (tests/bench/eval/til, 1,871 notes, MIT), copied;
+- til/: Josh Branchaud's TIL notes (tests/bench/eval/til, 1,871 notes, MIT), copied (in
+  four of them a package index's address is written out in words);
 - kernel/, python/, texlive-doc/: the 1,803-file subcorpus of the kernel docs,
   python3.11-doc's HTML and the LaTeX manuals (tests/bench/bench_retrieval.py's docstring
   says how CORPUS is made), hard-linked from CORPUS.
