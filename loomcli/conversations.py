@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ LIST_LIMIT = 20
 TITLE_CHARS = 80
 ID_BYTES = 6  # 12 hex digits
 LOCK_WAIT_S = 10  # how long a read or write waits for another process's write lock
+_SETTING_UP = threading.Lock()  # the threads of one server making the file at once
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -103,6 +105,28 @@ class ConversationBusy(IndexStateError):
     exit_code = Exit.PARTIAL
 
 
+
+def _set_up(db: sqlite3.Connection) -> None:
+    """WAL mode and the tables, once per connection. Turning a new file to WAL needs it
+    alone, and SQLite may answer "locked" at once rather than wait (four asks kept at
+    the same moment by one server met it): the threads of a process take turns, and a
+    busy answer from another process is tried again until LOCK_WAIT_S."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    with _SETTING_UP:
+        while True:
+            try:
+                if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                db.execute("PRAGMA secure_delete=ON")  # removed turns leave no text behind
+                db.executescript(SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if ("locked" not in str(exc) and "busy" not in str(exc)
+                        or time.monotonic() > deadline):
+                    raise
+                time.sleep(0.05)
+
 class Conversations:
     """The conversation store. Use as a context manager."""
 
@@ -125,10 +149,7 @@ class Conversations:
                 db = sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)
             db.row_factory = sqlite3.Row
             if not readonly:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA foreign_keys=ON")
-                db.execute("PRAGMA secure_delete=ON")  # removed turns leave no text behind
-                db.executescript(SCHEMA)
+                _set_up(db)
         except (OSError, sqlite3.DatabaseError) as exc:
             if readonly and not path.exists():
                 raise IndexMissingError("no conversation kept yet",

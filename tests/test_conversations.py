@@ -62,3 +62,40 @@ def test_damaged_file_is_one_clear_error(loom_home):
     with pytest.raises(IndexStateError) as err:
         Conversations.open()
     assert "move it aside" in str(err.value)
+
+
+@pytest.mark.parametrize("threads_take_turns", [True, False],
+                         ids=["one process's threads", "other processes (retried)"])
+def test_asks_kept_at_the_same_moment_all_keep_their_turn(tmp_path, monkeypatch,
+                                                           threads_take_turns):
+    """Four asks of one server finishing together each open the conversations file; the
+    first one turns it to WAL, and SQLite answered "locked" at once to some of the others
+    (10 of 600 here) — a 500 for an answered ask. Threads take turns setting the file up,
+    and a busy answer is tried again (as from another process, without the turns)."""
+    import contextlib
+    import threading
+    from pathlib import Path
+
+    if not threads_take_turns:
+        monkeypatch.setattr(conversations, "_SETTING_UP", contextlib.nullcontext())
+    failures: list[str] = []
+
+    def keep(path: Path, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            with Conversations.open(path) as store:
+                store.add_turn(None, "which invoice?", "FT-2026-0101", sources=[])
+        except Exception as exc:  # noqa: BLE001 - counted, then asserted none
+            failures.append(repr(exc))
+
+    for n in range(150):
+        path = tmp_path / f"c{n}" / "conversations.db"
+        start = threading.Barrier(4)
+        workers = [threading.Thread(target=keep, args=(path, start)) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert failures == []
+        with Conversations.open(path) as store:
+            assert len(store.recent(10)) == 4  # every turn kept
