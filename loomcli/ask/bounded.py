@@ -8,17 +8,15 @@ becomes U+FFFD here, once for every later printer, store and request.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 
 from loomcli.providers import StreamCut, ToolCall
-from loomcli.sanitize import utf8
+from loomcli.sanitize import has_surrogates, utf8
 
 SLACK = 2  # an answer may take this many times its reserve (estimates differ from the
 SLACK_MIN_TOKENS = 256  # model's own count), and at least this many tokens more
 PROGRESS_S = 5.0  # how often a long answer reports its progress
-_SURROGATE = re.compile("[\\ud800-\\udfff]")
 ESTIMATE_CHARS = 2048  # the text is estimated in runs of about this many characters
 
 
@@ -36,7 +34,7 @@ def _valid_text(call: ToolCall) -> ToolCall:
     import json
 
     dumped = json.dumps(call.arguments, ensure_ascii=False)
-    if not _SURROGATE.search(call.name + dumped):
+    if not has_surrogates(call.name + dumped):
         return call
     return ToolCall(call.id, utf8(call.name), json.loads(utf8(dumped)), utf8(call.error))
 
