@@ -326,6 +326,19 @@ class Terminal:
     def type(self, keys: str) -> None:
         os.write(self.master, keys.encode())
 
+    def reading(self, timeout: float = 60) -> None:
+        """Until the program's main thread sleeps (blocked reading the terminal, after a
+        prompt is printed). readline prints its prompt before it waits for a key; a Ctrl-C
+        sent in between is seen only at the next key, as at a real terminal."""
+        import time
+        from pathlib import Path
+
+        deadline = time.monotonic() + timeout
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        while stat.read_text().rpartition(")")[2].split()[0] != "S":
+            assert time.monotonic() < deadline, "the chat never waited for a key"
+            time.sleep(0.005)
+
     def wait(self) -> int:
         import contextlib
 
@@ -399,6 +412,7 @@ def test_chat_edits_lines_keeps_history_and_ctrl_c_stops_only_the_answer(dyes, l
     llm.behaviour.pause_after = None
     llm.resume.set()
     prompt = term.expect("> ", stopped)
+    term.reading()
     term.type("\x03")  # Ctrl-C at the prompt: a fresh prompt, the chat goes on
     prompt = term.expect("> ", prompt + 2)
     term.type("and blue?\r")
