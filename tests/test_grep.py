@@ -259,7 +259,7 @@ def test_grep_by_blocks_equals_the_linear_scan(tmp_path_factory, texts, pattern,
     so that every text has many); the answer is still the linear scan's."""
     from unittest import mock
 
-    from loomcli import store as store_mod
+    from loomcli.store import sqlite as store_mod
 
     docs = {f"f{i}.md": t for i, t in enumerate(texts)}
     with mock.patch.object(store_mod, "GREP_BLOCK_CHARS", block):
@@ -276,7 +276,7 @@ def test_grep_by_blocks_equals_the_linear_scan(tmp_path_factory, texts, pattern,
 
 
 def test_a_long_text_is_read_only_in_its_candidate_blocks(tmp_path, monkeypatch):
-    from loomcli import store as store_mod
+    from loomcli.store import sqlite as store_mod
 
     filler = "".join(f"line {i} of routine words\n" for i in range(4000))  # ~100 KB
     text = filler + "the flag IRQF_ONESHOT is set\n" + filler
