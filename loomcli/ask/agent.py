@@ -1,8 +1,8 @@
 """The agent loop: the model investigates with loom's reading tools, then answers.
 
 Each model call may ask for tool calls (in its API's own shape, turned into `ToolCall`s by
-the provider); each call runs through the corpus and its JSON result goes back as a tool
-message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` model
+the provider); each call runs through the corpus (`run_tool`) and its JSON result goes back
+as a tool message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` model
 calls, and every request fits the window (older results shortened, then folded into a
 one-line note; the newest kept whole while it fits). The last call offers no tools, so the
 model has to answer. A call repeated with the same arguments is answered "already done".
@@ -30,7 +30,6 @@ from loomcli.providers import Message, ToolCall, ToolSpec
 from loomcli.sanitize import safe
 
 if TYPE_CHECKING:
-    from loomcli.operations import Corpus
     from loomcli.providers import Provider
 
 INSTRUCTIONS = """\
@@ -57,6 +56,7 @@ MIN_RESULT_CHARS = 300  # the newest result is never cut below this
 MESSAGE_OVERHEAD_TOKENS = 8  # role and framing of one message
 
 Estimate = Callable[[str], int]
+RunTool = Callable[[tools.Tool, dict[str, Any]], dict[str, Any]]  # the corpus's run_tool
 
 
 @dataclass
@@ -140,7 +140,7 @@ def _tools_tokens(offered: list[ToolSpec] | None, estimate: Estimate) -> int:
                                  "parameters": s.parameters} for s in offered]))
 
 
-def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
+def run(run_tool: RunTool, provider: Provider, question: str, *, limits: Limits,
         estimate: Estimate, history: list[Message] | None = None, system: str = INSTRUCTIONS,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
@@ -206,7 +206,7 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
                 messages.append(Message("tool", tools.dumps({"note": NOT_RUN}),
                                         tool_call_id=call.id, name=call.name))
                 continue
-            step, content = _run_tool(corpus, call, done, limits.result_chars, out.returned)
+            step, content = _run_tool(run_tool, call, done, limits.result_chars, out.returned)
             out.steps.append(step)
             messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
             if on_step:
@@ -236,7 +236,7 @@ def _kept(call: ToolCall) -> ToolCall:
                     "a call may have; send shorter ones")
 
 
-def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
+def _run_tool(run_tool: RunTool, call: ToolCall, done: dict[str, str], cap: int,
               returned: list[Returned]) -> tuple[Step, str]:
     args = call.arguments
     key = call.name + "\0" + call.error + "\0" + json.dumps(args, sort_keys=True,
@@ -256,7 +256,7 @@ def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
         summary = "bad arguments"
     else:
         try:
-            result = tools.fit(tool.name, tool.call(corpus, args), cap)
+            result = tools.fit(tool.name, run_tool(tool, args), cap)
             summary = tool.summary(result)
         except LoomError as exc:
             result, summary = {"error": str(exc)}, f"error: {exc.message}"

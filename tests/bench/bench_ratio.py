@@ -43,7 +43,7 @@ def main() -> None:
     for w in WINDOWS:
         provider = StandIn("openai", w, "llama.cpp /props")
         provider.model = f"m{w}"
-        budget = corpus.window_budget(provider, 5, [])
+        budget = corpus.ask_session().window_budget(provider, [])
         assert budget is not None
 
         def used(b: Any, provider: Any = provider) -> tuple[list[float], list[float], int]:
