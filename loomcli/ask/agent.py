@@ -102,6 +102,7 @@ class Outcome:
     returned: list[Returned] = field(default_factory=list)
     calls: int = 0  # model calls made
     prompt_tokens: list[int] = field(default_factory=list)  # each request's estimate
+    server_tokens: list[int | None] = field(default_factory=list)  # the server's counts
     stopped: bool = False  # the model kept calling tools past the last step
     warnings: list[str] = field(default_factory=list)  # e.g. an answer cut short
 
@@ -177,6 +178,8 @@ def run(run_tool: RunTool, provider: Provider, question: str, *, limits: Limits,
             else:  # the rest are not kept
                 dropped += 1
         out.calls += 1
+        out.server_tokens.append(_counted(provider, out.prompt_tokens[-1],
+                                          limits.context_tokens))
         said = "".join(text)
         if stream.cut:
             out.warnings.append(stream.cut)
@@ -211,6 +214,19 @@ def run(run_tool: RunTool, provider: Provider, question: str, *, limits: Limits,
             messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
             if on_step:
                 on_step(step)
+
+
+def _counted(provider: Provider, estimated: int, num_ctx: int | None) -> int | None:
+    """The server's count of the request just answered, learned from as a plain ask's is
+    (`window.observe`: the model's ratio of real to estimated tokens), unless it is the
+    count of a prompt Ollama cut silently, which says nothing of its tokenizer."""
+    from loomcli.ask import window
+
+    counted = getattr(provider, "prompt_count", None)
+    if provider.name == "ollama" and window.silent_cut(counted, estimated, num_ctx):
+        return counted
+    window.observe(provider, estimated, counted)
+    return counted
 
 
 def _progress(on_progress: Callable[[str], None] | None, call: int

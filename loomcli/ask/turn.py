@@ -184,7 +184,8 @@ def _agent(session: Session, provider: Provider, question: str, recalled: histor
     context = {"window_tokens": plan.budget.window_tokens,
                "prompt_tokens": max(out.prompt_tokens, default=0),
                "answer_tokens": plan.budget.answer_tokens, "source": plan.budget.source,
-               "files_sent": len(used), "files_left_out": 0}
+               "files_sent": len(used), "files_left_out": 0,
+               "server_prompt_tokens": out.server_tokens[-1] if out.server_tokens else None}
     result = ask.Answer(out.answer, ask.citations(out.answer, used), used, out.warnings,
                         context,
                         quotes.check(out.answer, sources),
