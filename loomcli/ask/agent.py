@@ -54,6 +54,7 @@ NAME_CHARS = 100  # a tool's name longer than this is not re-sent whole
 SHORT_RESULT_CHARS = 600  # an older result shortened to this before it is folded
 MIN_RESULT_CHARS = 300  # the newest result is never cut below this
 MESSAGE_OVERHEAD_TOKENS = 8  # role and framing of one message
+CUT_WORDS = "cut the request silently"  # the warning of a silent cut, said once an ask
 
 Estimate = Callable[[str], int]
 RunTool = Callable[[tools.Tool, dict[str, Any]], dict[str, Any]]  # the corpus's run_tool
@@ -178,8 +179,15 @@ def run(run_tool: RunTool, provider: Provider, question: str, *, limits: Limits,
             else:  # the rest are not kept
                 dropped += 1
         out.calls += 1
-        out.server_tokens.append(_counted(provider, out.prompt_tokens[-1],
-                                          limits.context_tokens))
+        counted, cut = _counted(provider, out.prompt_tokens[-1], limits.context_tokens)
+        out.server_tokens.append(counted)
+        if cut and counted is not None and not any(CUT_WORDS in w for w in out.warnings):
+            out.warnings.append(
+                f"{provider.endpoint} evaluated only {counted:,} of the "
+                f"~{out.prompt_tokens[-1]:,} tokens of request {out.calls} with num_ctx "
+                f"{limits.context_tokens:,}: Ollama {CUT_WORDS} (its window holds about "
+                f"{cut:,}); the model saw only the request's end — set [llm] "
+                f"context_tokens to {cut:,} or less")
         said = "".join(text)
         if stream.cut:
             out.warnings.append(stream.cut)
@@ -216,17 +224,20 @@ def run(run_tool: RunTool, provider: Provider, question: str, *, limits: Limits,
                 on_step(step)
 
 
-def _counted(provider: Provider, estimated: int, num_ctx: int | None) -> int | None:
-    """The server's count of the request just answered, learned from as a plain ask's is
-    (`window.observe`: the model's ratio of real to estimated tokens), unless it is the
-    count of a prompt Ollama cut silently, which says nothing of its tokenizer."""
+def _counted(provider: Provider, estimated: int, num_ctx: int | None
+             ) -> tuple[int | None, int | None]:
+    """The server's count of the request just answered, and the window Ollama really
+    kept when the count shows it cut the request silently (else None). The count is
+    learned from as a plain ask's is (`window.observe`: the model's ratio of real to
+    estimated tokens), unless it is a cut request's, which says nothing of the tokenizer."""
     from loomcli.ask import window
 
     counted = getattr(provider, "prompt_count", None)
-    if provider.name == "ollama" and window.silent_cut(counted, estimated, num_ctx):
-        return counted
-    window.observe(provider, estimated, counted)
-    return counted
+    cut = window.silent_cut(counted, estimated, num_ctx) if provider.name == "ollama" \
+        else None
+    if cut is None:
+        window.observe(provider, estimated, counted)
+    return counted, cut
 
 
 def _progress(on_progress: Callable[[str], None] | None, call: int
