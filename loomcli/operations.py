@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from loomcli.config import Config
-from loomcli.errors import ConfigError, IndexMissingError, LoomError, QueryError
+from loomcli.errors import IndexMissingError, LoomError, QueryError
 from loomcli.limits import (  # noqa: F401 - the edges read them from here too
     AGENT_MAX_CALLS,
     ASK_CANDIDATES,
@@ -55,16 +55,16 @@ if TYPE_CHECKING:
     from typing import Any
 
     from loomcli.ask import Answer, Prompt
+    from loomcli.ask.session import Retrieved, Sending, Session
     from loomcli.ask.window import Budget
     from loomcli.grep import GrepResult, Match
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
     from loomcli.store import FileInfo, Hit, Store
+    from loomcli.tools import Tool
 
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
-
-Sending = Callable[["Prompt | None", str], None]  # (what is sent, the model) before a call
 
 CORPUS_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole names only (fullmatch)
 
@@ -965,96 +965,47 @@ class Corpus:
         with self.store() as store:
             return indexer.forget(store, folder)
 
-    # -- ask ----------------------------------------------------------------------------
+    # -- ask: the arguments checked here, the rest in ask.session ---------------------------
+
+    def ask_session(self) -> Session:
+        """The ask package's view of this corpus (ask.session.Notes) and its conversations."""
+        from loomcli.ask.session import Session
+
+        return Session(self, self.conversations_path)
+
+    def ask_scope(self, top_k: Any, mode: Any) -> tuple[int, str]:
+        """An ask's number of files (checked; `[ask] top_k` when None) and search mode."""
+        k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
+        return k, self._mode(mode)
+
+    @contextmanager
+    def retrieved(self, query: str, n: int, mode: str) -> Iterator[Retrieved]:
+        """The best `n` files for `query` (any of its words: OR), with the index open while
+        an ask makes its prompt from them."""
+        from loomcli.ask.session import Retrieved
+
+        with self.store() as store:
+            found, warnings, vector = self._rank(store, query, n, mode, "OR")
+            yield Retrieved(store, [h for h, _ in found], warnings,
+                            lambda fid, text: self._near(store, fid, text, vector))
+
+    def run_tool(self, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+        """One reading tool over this corpus, as MCP runs it (the agent's tools)."""
+        return tool.call(self, arguments)
 
     def prompt(self, question: Any, top_k: Any = None, mode: Any = None, *,
                provider: Provider | None = None, window: Budget | None = None,
                clock: Callable[[], float] = time.perf_counter,
                retrieve_with: str | None = None, recalled: Any = None,
                conversation_id: Any = None) -> Prompt | None:
-        """Exactly what ask would send, or None when no indexed file matches. The prompt
-        fits the model's window, learned from `provider` (the configured one when None);
-        `window` overrides it (a retry at half the budget). A follow-up (`conversation_id`,
-        or `retrieve_with` and `recalled` from its turn) retrieves with the conversation's
-        words and carries its earlier turns, which the notes make room for."""
-        from loomcli import ask
-
+        """Exactly what ask would send, or None when no indexed file matches (see
+        ask.session.Session.prompt)."""
         question = _text("question", question)
-        if conversation_id is not None and retrieve_with is None:
-            retrieve_with, recalled = self._recall(question, conversation_id)
-        k = _int("top_k", top_k, self.config.get("ask.top_k"), 1, TOP_K_MAX) or 1
-        mode = self._mode(mode)
-        warnings: list[str] = []
-        budget = window or self.window_budget(provider, k, warnings)
-        earlier = recalled.tokens if recalled is not None else 0
-        started = clock()
-        with self.store() as store:
-            found, found_warnings, vector = self._rank(store, retrieve_with or question,
-                                                       k * ASK_CANDIDATES, mode, "OR")
-            ranked = clock()
-            prompt = ask.build_prompt(
-                store, question, [h for h, _ in found], top_k=k,
-                budget=self.config.get("ask.file_budget_chars"),
-                head_chars=self.config.get("ask.head_chars"),
-                near=lambda fid, text: self._near(store, fid, text, vector),
-                window=budget.reserving(earlier) if budget else None)
-        if prompt is not None:
-            prompt.warnings = warnings + found_warnings
-            prompt.timings = {"retrieve_ms": round((ranked - started) * 1000, 1),
-                              "excerpts_ms": round((clock() - ranked) * 1000, 1)}
-            if recalled is not None:
-                prompt.user = recalled.as_text() + prompt.user
-                prompt.prompt_tokens += earlier
-                prompt.budget = budget
-        return prompt
-
-    def _recall(self, question: str, conversation_id: Any) -> tuple[str, Any]:
-        """A follow-up's retrieval words and earlier turns, as its ask would send them
-        (for --show-context: no summary is written, older turns are shortened)."""
-        from loomcli import providers
-        from loomcli.ask import history, turn
-        from loomcli.conversations import Conversations
-
-        with Conversations.open(self.conversations_path, readonly=True) as store:
-            conv = store.get(self.conversation_for(conversation_id) or "")
-        plan = turn.budget(self, providers.from_config(self.config), question, HISTORY_SHARE)
-        return (history.retrieval_text(conv, question),
-                history.recall(conv, plan.history_tokens, plan.estimate))
-
-    def window_budget(self, provider: Provider | None, top_k: int, warnings: list[str]
-                      ) -> Budget | None:
-        """The token budget of an ask: the provider's window (asked once per model and
-        endpoint), less the answer's reserve. No provider configured: the character
-        bounds only. Without a provider given (`--show-context`), a server that cannot
-        be asked is a warning and the default window."""
-        import dataclasses
-
-        from loomcli import providers
-        from loomcli.ask import window
-        from loomcli.errors import ProviderError
-
-        strict = provider is not None  # an ask: a server that cannot be asked fails it
-        try:
-            provider = provider or providers.from_config(self.config)
-        except LoomError:
-            return None
-        try:
-            told = provider.window()
-        except ProviderError as exc:
-            if strict:
-                raise
-            warnings.append(f"could not learn the model's window, assuming "
-                            f"{providers.DEFAULT_WINDOW:,} tokens: {exc}")
-            told = providers.Window(providers.DEFAULT_WINDOW, "default")
-        if told.warning:
-            warnings.append(told.warning)
-        # Sized by the configured top_k, not this request's: Ollama reloads the model
-        # whenever num_ctx changes, so clients alternating top_k must not change it.
-        planned = window.plan(provider.name, told.tokens, told.source,
-                              top_k=self.config.get("ask.top_k"),
-                              file_budget_chars=self.config.get("ask.file_budget_chars"),
-                              max_answer_tokens=self.config.get("llm.max_answer_tokens"))
-        return dataclasses.replace(planned, ratio=window.learned_ratio(provider))
+        cid = None if conversation_id is None else self.conversation_for(conversation_id)
+        return self.ask_session().prompt(question, top_k, mode, provider=provider,
+                                         window=window, clock=clock,
+                                         retrieve_with=retrieve_with, recalled=recalled,
+                                         conversation_id=cid)
 
     def ask(self, question: Any, top_k: Any = None, *, provider: Provider | None = None,
             on_text: Callable[[str], None] | None = None, mode: Any = None,
@@ -1070,83 +1021,17 @@ class Corpus:
         conversations file is read (a follow-up) but neither created nor written. Nothing
         matching a plain ask: an empty Answer (no call, nothing kept). `model`: this call's
         model instead of [llm] model. `on_sending(prompt, model)`: just before the model is
-        called (prompt None for an agent), for a terminal's status line."""
-        from loomcli import providers
-        from loomcli.ask import turn
-        from loomcli.conversations import Conversations
-
+        called (prompt None for an agent), for a terminal's status line. The ask itself is
+        ask.session's."""
         question = _text("question", question)
-        settings = turn.Settings(top_k, mode, self.agent_on(agent),
-                                 self.config.get("ask.max_steps"), AGENT_MAX_CALLS,
-                                 TOOL_RESULT_CHARS, HISTORY_SHARE)
+        agent_on = self.agent_on(agent)
         cid = None if conversation_id is None else self.conversation_for(conversation_id)
-        made: list[Provider] = [provider] if provider else []
-
-        cfg = self.config if model is None else self.config.with_value(
-            "llm.model", _text("model", model))
-
-        def chosen() -> Provider:
-            if not made:
-                made.append(providers.from_config(cfg))
-            return made[0]
-
-        keep = self.keep_on(keep)
-        if not keep and cid is None:
-            return turn.run(self, chosen, question, None, settings, store=None,
-                            on_text=on_text, on_step=on_step, on_warning=on_warning,
-                            clock=clock, on_sending=on_sending, on_progress=on_progress)
-        if cid is None:  # a new conversation: its file is made only when a turn is kept
-            from loomcli.conversations import Later
-
-            return turn.run(self, chosen, question, None, settings,
-                            store=Later(self.conversations_path), on_text=on_text,
-                            on_step=on_step, on_warning=on_warning, clock=clock,
-                            on_sending=on_sending, on_progress=on_progress)
-        with Conversations.open(self.conversations_path, readonly=not keep) as store:
-            return turn.run(self, chosen, question, store.get(cid) if cid else None,
-                            settings, store=store if keep else None, on_text=on_text,
-                            on_step=on_step, on_warning=on_warning, clock=clock,
-                            on_sending=on_sending, on_progress=on_progress)
-
-    def ask_once(self, question: Any, top_k: Any = None, *,
-                 provider: Provider | Callable[[], Provider],
-                 on_text: Callable[[str], None] | None = None, mode: Any = None,
-                 on_warning: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter,
-                 retrieve_with: str | None = None, recalled: Any = None,
-                 on_sending: Sending | None = None) -> Answer:
-        """One LLM call over the best files, fitted to the model's window (retrieved with
-        `retrieve_with`, the conversation's words, when given; `recalled`: the earlier
-        turns to send). Nothing matching: an empty Answer (no call)."""
-        from loomcli import ask
-
-        started = clock()
-        try:
-            chosen = provider() if callable(provider) else provider
-        except ConfigError:  # no model configured: fine while nothing matches
-            if self.prompt(question, top_k, mode, retrieve_with=retrieve_with) is None:
-                return ask.Answer("", [], [])
-            raise
-        prompt = self.prompt(question, top_k, mode, provider=chosen, clock=clock,
-                             retrieve_with=retrieve_with, recalled=recalled)
-        for warning in prompt.warnings if prompt and on_warning else ():
-            on_warning(warning)  # type: ignore[misc]
-        if prompt is None:
-            return ask.Answer("", [], [])
-
-        def rebuild(smaller: Budget) -> Prompt | None:
-            return self.prompt(question, top_k, mode, provider=chosen, window=smaller,
-                               clock=clock, retrieve_with=retrieve_with, recalled=recalled)
-
-        said = len(prompt.warnings)
-        if on_sending is not None:
-            on_sending(prompt, chosen.model)
-        # every warning of the call (a silent cut, a refusal, a cut answer) said once, here
-        result = ask.answer(prompt, chosen, on_text, clock=clock, rebuild=rebuild)
-        for warning in result.warnings[said:] if on_warning else ():  # a cut answer, a retry
-            on_warning(warning)  # type: ignore[misc]
-        result.timings["total_ms"] = round((clock() - started) * 1000, 1)
-        return result
+        chosen_model = None if model is None else _text("model", model)
+        return self.ask_session().ask(
+            question, top_k, mode, agent=agent_on, conversation_id=cid,
+            keep=self.keep_on(keep), provider=provider, model=chosen_model, on_text=on_text,
+            on_warning=on_warning, on_step=on_step, clock=clock, on_sending=on_sending,
+            on_progress=on_progress)
 
     # -- agent mode and conversations -----------------------------------------------------
 
@@ -1225,56 +1110,9 @@ class Corpus:
         with Conversations.open(self.conversations_path) as store:
             return store.clear()
 
-    def used_files(self, returned: list[Any]) -> list[Any]:
-        """What an agent's tools returned (agent.Returned), as ask's `used` files with the
-        pieces the model read located in each file's text (byte offsets in `loom get`
-        terms, PDF pages), so its quotes are checked as a plain ask's are."""
-        from loomcli import ask
-        from loomcli.excerpt import SCAN_BYTES
-
-        by_path: dict[str, list[Any]] = {}
-        for r in returned:
-            by_path.setdefault(r.path, []).append(r)
-        out = []
-        with self.store() as store:
-            for path, got in by_path.items():
-                try:
-                    row = store.resolve(path)
-                except LoomError:
-                    continue
-                text: str | None = None
-                pieces: list[tuple[int, str]] = []
-                for r in got:
-                    if r.offset is not None:
-                        pieces.append((r.offset, r.text))
-                        continue
-                    if text is None:
-                        text = store.text_bytes(row.id, 0, SCAN_BYTES).decode("utf-8",
-                                                                              "ignore")
-                    for part in r.text.split("[...]"):
-                        at = text.find(part.strip()) if part.strip() else -1
-                        if at >= 0:
-                            pieces.append((len(text[:at].encode("utf-8")), part.strip()))
-                used = ask.UsedFile(path, row.title or "", row.content_len)
-                used.pieces = pieces
-                used.page_starts = store.pages(row.id) if row.kind == "pdf" else None
-                out.append(used)
-        return out
-
     def agent_request(self, question: Any, conversation_id: Any = None) -> str:
         """What `ask --agent` would send first (tools, instructions, turns), calling
         nothing: `--show-context`."""
-        import json
-
-        from loomcli.ask import agent, history
-
         question = _text("question", question)
-        recalled = history.Recall() if conversation_id is None \
-            else self._recall(question, conversation_id)[1]
-        tools = [{"name": s.name, "description": s.description, "parameters": s.parameters}
-                 for s in agent.specs()]
-        parts = [f"[tools]\n{json.dumps(tools, indent=2, ensure_ascii=False)}",
-                 f"[system]\n{agent.INSTRUCTIONS}{recalled.note()}"]
-        parts += [f"[{m.role}]\n{m.content}" for m in recalled.messages()]
-        parts.append(f"[user]\n{question}")
-        return "\n\n".join(parts) + "\n"
+        cid = None if conversation_id is None else self.conversation_for(conversation_id)
+        return self.ask_session().agent_request(question, cid)

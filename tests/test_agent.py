@@ -129,6 +129,52 @@ def test_model_greps_reads_the_range_and_answers_quoting_it(kernel_notes, loom_h
     assert not any(r.get("refused") for r in chats)
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_agent_reads_each_server_s_count_and_learns_from_it(kernel_notes, loom_home,
+                                                                protocol):
+    """Every request of the loop is counted by the server as its API reports it; the
+    count is in the context, as a plain ask's, and teaches the model's ratio (kept in
+    the home for the next ask)."""
+    provider, stream = PROTOCOLS[protocol]
+    with ToolLLM(investigator("SysRq"), Limits(stream=stream)) as llm:
+        configure(loom_home, provider, llm.url)
+        done = loom("ask", "--agent", "--json", "which key combination does the kernel "
+                    "listen to?")
+        counted = [r["tokens"] for r in llm.chats()]
+    assert done.returncode == 0, done.stderr
+    context = json.loads(done.stdout)["context"]
+    assert context["server_prompt_tokens"] == counted[-1] > 0
+    [model] = json.loads((loom_home / "token_ratios.json").read_text())["models"]
+    assert (model["provider"], model["model"]) == (provider, "test-model")
+    assert len(model["ratios"]) == len(counted) == 3  # grep, read, answer
+    # the last request is the largest: its estimate is the context's prompt_tokens
+    assert model["ratios"][-1] == round(counted[-1] / context["prompt_tokens"], 4)
+
+
+def test_a_request_ollama_cut_silently_is_warned_once_and_teaches_nothing(kernel_notes,
+                                                                          loom_home):
+    """A server holding less than the num_ctx sent (here [llm] context_tokens over its
+    real 2,048) cuts the request with three big grep results and counts only what it
+    kept: that is said once, and the count is not taken for the tokenizer's."""
+    def greps_then_answers(turns: list[Turn], tools_offered: bool) -> list:
+        if any(t.role == "tool" for t in turns) or not tools_offered:
+            return ["Done [admin/sysrq.rst]."]
+        return [Call("loom_grep", {"pattern": f"Paragraph {n}"}) for n in (1, 2, 3)]
+
+    with ToolLLM(greps_then_answers, Limits(window=2048)) as llm:
+        write(loom_home / "config.toml", f'[llm]\nprovider = "ollama"\nmodel = "m"\n'
+              f'endpoint = "{llm.url}"\ncontext_tokens = 8192\n')
+        done = loom("ask", "--agent", "--json", "what do the paragraphs say?")
+        first, second = llm.chats()
+    assert done.returncode == 0, done.stderr
+    assert not first["cut"] and second["cut"]
+    assert done.stderr.count(agent.CUT_WORDS) == 1
+    out = json.loads(done.stdout)
+    assert out["context"]["server_prompt_tokens"] == 2048
+    [model] = json.loads((loom_home / "token_ratios.json").read_text())["models"]
+    assert len(model["ratios"]) == 1  # the first request's count only
+
+
 def test_a_made_up_quote_is_marked_unverified(kernel_notes, loom_home):
     def liar(turns: list[Turn], tools_offered: bool) -> list:
         if not any(t.role == "tool" for t in turns):

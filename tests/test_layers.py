@@ -27,26 +27,27 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _runtime_nodes(tree: ast.AST):
+def _runtime_nodes(tree: ast.AST, typing: bool = False):
     for node in ast.iter_child_nodes(tree):
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        if (not typing and isinstance(node, ast.If) and isinstance(node.test, ast.Name)
                 and node.test.id == "TYPE_CHECKING"):
             for child in node.orelse:
                 yield child
                 yield from _runtime_nodes(child)
             continue
         yield node
-        yield from _runtime_nodes(node)
+        yield from _runtime_nodes(node, typing)
 
 
-def import_graph() -> dict[str, dict[str, int]]:
+def import_graph(typing: bool = False) -> dict[str, dict[str, int]]:
     """module -> {loomcli module it imports: line}. `from pkg import sub` imports `sub`
-    (its package runs first, but is not what the importer uses)."""
+    (its package runs first, but is not what the importer uses). `typing`: the imports
+    for type checking only count too."""
     modules = _modules()
     graph: dict[str, dict[str, int]] = {m: {} for m in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8")), typing):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -125,6 +126,17 @@ def test_nothing_below_the_operations_imports_them_or_an_edge():
     assert not wrong, "upward imports:\n" + "\n".join(wrong)
 
 
+def test_the_ask_package_knows_the_corpus_only_by_what_it_is_given():
+    """ask.session takes the corpus's public API (ask.session.Notes): nothing in the ask
+    package imports the operations, not even for a type, so nothing there can call back
+    into a private method of Corpus."""
+    graph = import_graph(typing=True)
+    wrong = [f"{_short(m)}:{line} imports {_short(t)}" for m, targets in graph.items()
+             if m == "loomcli.ask" or m.startswith("loomcli.ask.")
+             for t, line in targets.items() if t == f"loomcli.{OPERATIONS}"]
+    assert not wrong, "the ask package imports the operations:\n" + "\n".join(wrong)
+
+
 def test_the_check_sees_imports_inside_functions_and_not_type_only_ones(tmp_path, monkeypatch):
     """The two rules above would pass on anything if the graph missed imports: a cycle
     through a function-level import is found, one through a type-only import is not."""
@@ -140,6 +152,7 @@ def test_the_check_sees_imports_inside_functions_and_not_type_only_ones(tmp_path
     assert graph["loomcli.a"] == {"loomcli.b": 2}
     assert graph["loomcli.b"] == {"loomcli.a": 4}
     assert _cycles(graph) == [["loomcli.a", "loomcli.b"]]
+    assert import_graph(typing=True)["loomcli.b"] == {"loomcli.c": 3, "loomcli.a": 4}
 
 
 @pytest.mark.parametrize("edge", sorted(EDGES))

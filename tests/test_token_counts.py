@@ -5,14 +5,17 @@ kept), and the ratio learned from the counts gives a model more room without ove
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import random
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from loomcli import ask
-from loomcli.ask import window
+from loomcli.ask import ratios, window
 from loomcli.extract import Extracted
 from loomcli.store import Store
 
@@ -91,6 +94,10 @@ def test_an_uncut_prompt_is_never_reported_cut(notes, loom_home, llm, ollama):
     """An older Ollama counts only the tokens past its cached prefix: the same question
     again reports almost nothing, and that is no cut."""
     ollama_plan(llm, loom_home, **ollama)
+    settled = Model("test-model")  # a ratio settled by earlier asks (kept in the home),
+    settled.endpoint = llm.url  # which these counts do not move: the same prompt again
+    for _ in range(window.RATIO_EVIDENCE):
+        window.observe(settled, 1000, 1300)
     for question in (QUESTION, QUESTION, QUESTION + " Per thread?"):
         proc = loom("ask", "--json", question)
         assert proc.returncode == 0, proc.stderr
@@ -199,3 +206,98 @@ def test_a_ratio_needs_evidence_and_stays_within_bounds():
     for _ in range(5):
         window.observe(low, 1000, 501)
     assert window.learned_ratio(low) == window.RATIO_FLOOR
+
+
+# -- the counts kept across processes -------------------------------------------------------
+
+def test_a_one_shot_ask_starts_from_what_the_asks_before_it_learned(notes, loom_home, llm):
+    """Each `loom ask` is its own process: the counts of the asks before it are read from
+    the home, so the ratio is learned once, not again by every ask."""
+    configure(loom_home, "openai", llm.url, context_tokens=8192)
+    shown = []
+    for _ in range(window.RATIO_EVIDENCE + 1):
+        proc = loom("ask", "--json", QUESTION)
+        assert proc.returncode == 0, proc.stderr
+        shown.append(json.loads(proc.stdout)["context"].get("token_ratio"))
+    [model] = json.loads((loom_home / ratios.FILE_NAME).read_text())["models"]
+    assert (model["provider"], model["model"]) == ("openai", "test-model")
+    assert len(model["ratios"]) == window.RATIO_EVIDENCE + 1  # one count per ask
+    learned = max(model["ratios"][:window.RATIO_EVIDENCE]) * window.RATIO_SAFETY
+    expected = min(window.RATIO_CEILING, max(window.RATIO_FLOOR, learned))
+    assert shown[-1] == pytest.approx(expected, abs=0.002) and shown[-1] != 1.0
+
+
+def _count_many(home: str, n: int, barrier: Any) -> None:
+    os.environ["LOOM_HOME"] = home
+    barrier.wait()  # every writer starts at once
+    for j in range(COUNTS_EACH):
+        ratios.add(("ollama", "http://127.0.0.1:1", f"m{n}"), 1 + n / 10 + j / 1000)
+        ratios.add(("ollama", "http://127.0.0.1:1", "shared"), 0.5 + j / 1000)
+
+
+WRITERS, COUNTS_EACH = 8, 20
+
+
+def test_writers_at_once_lose_no_count(loom_home):
+    """Eight processes adding counts at the same moment: the file is whole and every
+    model holds its own newest counts (a writer that read before another wrote would
+    drop that one's newest)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(WRITERS)
+    procs = [ctx.Process(target=_count_many, args=(str(loom_home), n, barrier))
+             for n in range(WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    data = json.loads((loom_home / ratios.FILE_NAME).read_text())
+    assert len(data["models"]) == WRITERS + 1
+    for n in range(WRITERS):
+        newest = [round(1 + n / 10 + j / 1000, 4) for j in range(COUNTS_EACH)][-ratios.KEEP:]
+        assert ratios.seen(("ollama", "http://127.0.0.1:1", f"m{n}")) == newest
+    assert len(ratios.seen(("ollama", "http://127.0.0.1:1", "shared"))) == ratios.KEEP
+    assert not [p for p in loom_home.iterdir() if p.name.endswith(".tmp")]
+
+
+GOOD = {"provider": "ollama", "endpoint": "http://127.0.0.1:1", "model": "good",
+        "ratios": [0.7, 0.71, 0.72]}
+
+
+@pytest.mark.parametrize("content", [
+    b"\xff\xfe\x00garbage", b"{", b"[]", b"null", b'{"models": 3}', b'{"models": [1, "x"]}',
+    json.dumps({"models": [{**GOOD, "ratios": [float("nan"), -1, 0, 1e9, True, "0.7"]}]}
+               ).encode(),
+    json.dumps({"models": [{**GOOD, "model": 7}, {**GOOD, "endpoint": "x" * 400}]}).encode(),
+    b'{"models": []}' + b" " * ratios.FILE_BYTES,  # too big to be loom's
+])
+def test_a_file_of_garbage_counts_as_empty_and_is_written_whole_again(loom_home, content):
+    model = Model("good")
+    model.endpoint = GOOD["endpoint"]
+    loom_home.mkdir(parents=True, exist_ok=True)
+    (loom_home / ratios.FILE_NAME).write_bytes(content)
+    assert window.learned_ratio(model) == 1.0
+    assert window.observe(model, 1000, 700)
+    data = json.loads((loom_home / ratios.FILE_NAME).read_text())
+    assert data["models"] == [{**GOOD, "ratios": [0.7]}]
+
+
+def test_what_is_good_in_a_damaged_file_is_kept(loom_home):
+    loom_home.mkdir(parents=True, exist_ok=True)
+    (loom_home / ratios.FILE_NAME).write_text(json.dumps({"models": [
+        "junk", {**GOOD, "model": "bad", "ratios": "many"}, GOOD]}))
+    model = Model("good")
+    model.endpoint = GOOD["endpoint"]
+    assert window.learned_ratio(model) == pytest.approx(0.72 * window.RATIO_SAFETY)
+
+
+def test_the_file_stays_small_whatever_the_names(loom_home):
+    for n in range(ratios.MODELS * 2):
+        name = f"{n}-" + "模" * (ratios.NAME_CHARS - 10)  # escaped: 6 bytes a character
+        for j in range(ratios.KEEP + 2):
+            ratios.add(("openai", "http://127.0.0.1:1/" + "e" * 250, name), 0.6 + j / 100)
+    size = (loom_home / ratios.FILE_NAME).stat().st_size
+    assert size <= ratios.FILE_BYTES
+    newest = ratios.seen(("openai", "http://127.0.0.1:1/" + "e" * 250,
+                          f"{ratios.MODELS * 2 - 1}-" + "模" * (ratios.NAME_CHARS - 10)))
+    assert len(newest) == ratios.KEEP  # the newest model, whole

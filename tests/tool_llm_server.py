@@ -15,9 +15,10 @@
 Like the real servers it checks what it is sent (a result for an unknown call id, arguments
 of the wrong type, a tool_use without its tool_result: HTTP 400) and keeps a context window:
 Ollama silently keeps only the last `num_ctx` tokens (2,048 when omitted) and says how many it
-kept in `prompt_eval_count`; the OpenAI-compatible one answers 400 "exceeds the available
-context size"; Anthropic 400 "prompt is too long". Every request is recorded with its token
-count and whether it was cut.
+kept in `prompt_eval_count`; each API reports its count of the prompt as the real one does
+(OpenAI's streamed `usage` only when asked by `stream_options`); the OpenAI-compatible
+one answers 400 "exceeds the available context size"; Anthropic 400 "prompt is too long".
+Every request is recorded with its token count and whether it was cut.
 
 A brain reads the conversation (normalised: role, content, tool calls) and returns what the
 model says next: text pieces and/or tool calls.
@@ -382,6 +383,9 @@ class ToolLLM:
                 if endless:
                     self._endless(kind, [s for s in said if isinstance(s, str)], endless[0])
                     return
+                # what the server counted: Ollama what it kept, the others all of it
+                self.usage_asked = bool((body.get("stream_options") or {}).get(
+                    "include_usage"))
                 getattr(self, f"_{kind}")(said, stream, min(tokens, window))
 
             def _endless(self, kind: str, text: list[str], more: Endless) -> None:
@@ -473,7 +477,11 @@ class ToolLLM:
                             "arguments": args[k:k + step]}}]}})
                 events.append({"delta": {}, "finish_reason": finish})
                 chunks = [f"data: {json.dumps({'id': 'x', 'object': 'chat.completion.chunk', 'choices': [{'index': 0, **e}]})}\n\n"  # noqa: E501
-                          for e in events] + ["data: [DONE]\n\n"]
+                          for e in events]
+                if self.usage_asked:  # a last chunk with no choice, as OpenAI sends it
+                    chunks.append(f"data: {json.dumps({'id': 'x', 'choices': [], 'usage': usage})}"
+                                  "\n\n")
+                chunks.append("data: [DONE]\n\n")
                 self._chunks("text/event-stream", chunks)
 
             def _anthropic(self, said: Said, stream: bool, tokens: int) -> None:

@@ -10,7 +10,10 @@ The modules, one job each:
 - `quotes`: the answer's quotes looked up in what was sent;
 - `call`: the provider call, retried once at half the budget when the server refuses
   the prompt as too long, with the stage timings.
-`operations.Corpus.ask` is the one entry every edge calls.
+- `session`: an ask over one corpus (the window, the prompt, the agent, the turn kept),
+  given the corpus's public API; `turn`: one turn of a conversation.
+`operations.Corpus.ask` is the one entry every edge calls: it checks the arguments and
+hands them to a `session.Session`.
 """
 
 from __future__ import annotations

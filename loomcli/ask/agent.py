@@ -1,8 +1,8 @@
 """The agent loop: the model investigates with loom's reading tools, then answers.
 
 Each model call may ask for tool calls (in its API's own shape, turned into `ToolCall`s by
-the provider); each call runs through the corpus and its JSON result goes back as a tool
-message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` model
+the provider); each call runs through the corpus (`run_tool`) and its JSON result goes back
+as a tool message. Bounded three ways: at most `max_steps` tools run, at most `max_calls` model
 calls, and every request fits the window (older results shortened, then folded into a
 one-line note; the newest kept whole while it fits). The last call offers no tools, so the
 model has to answer. A call repeated with the same arguments is answered "already done".
@@ -30,7 +30,6 @@ from loomcli.providers import Message, ToolCall, ToolSpec
 from loomcli.sanitize import safe
 
 if TYPE_CHECKING:
-    from loomcli.operations import Corpus
     from loomcli.providers import Provider
 
 INSTRUCTIONS = """\
@@ -55,8 +54,10 @@ NAME_CHARS = 100  # a tool's name longer than this is not re-sent whole
 SHORT_RESULT_CHARS = 600  # an older result shortened to this before it is folded
 MIN_RESULT_CHARS = 300  # the newest result is never cut below this
 MESSAGE_OVERHEAD_TOKENS = 8  # role and framing of one message
+CUT_WORDS = "cut the request silently"  # the warning of a silent cut, said once an ask
 
 Estimate = Callable[[str], int]
+RunTool = Callable[[tools.Tool, dict[str, Any]], dict[str, Any]]  # the corpus's run_tool
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Outcome:
     returned: list[Returned] = field(default_factory=list)
     calls: int = 0  # model calls made
     prompt_tokens: list[int] = field(default_factory=list)  # each request's estimate
+    server_tokens: list[int | None] = field(default_factory=list)  # the server's counts
     stopped: bool = False  # the model kept calling tools past the last step
     warnings: list[str] = field(default_factory=list)  # e.g. an answer cut short
 
@@ -140,7 +142,7 @@ def _tools_tokens(offered: list[ToolSpec] | None, estimate: Estimate) -> int:
                                  "parameters": s.parameters} for s in offered]))
 
 
-def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
+def run(run_tool: RunTool, provider: Provider, question: str, *, limits: Limits,
         estimate: Estimate, history: list[Message] | None = None, system: str = INSTRUCTIONS,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
@@ -177,6 +179,15 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
             else:  # the rest are not kept
                 dropped += 1
         out.calls += 1
+        counted, cut = _counted(provider, out.prompt_tokens[-1], limits.context_tokens)
+        out.server_tokens.append(counted)
+        if cut and counted is not None and not any(CUT_WORDS in w for w in out.warnings):
+            out.warnings.append(
+                f"{provider.endpoint} evaluated only {counted:,} of the "
+                f"~{out.prompt_tokens[-1]:,} tokens of request {out.calls} with num_ctx "
+                f"{limits.context_tokens:,}: Ollama {CUT_WORDS} (its window holds about "
+                f"{cut:,}); the model saw only the request's end — set [llm] "
+                f"context_tokens to {cut:,} or less")
         said = "".join(text)
         if stream.cut:
             out.warnings.append(stream.cut)
@@ -206,11 +217,27 @@ def run(corpus: Corpus, provider: Provider, question: str, *, limits: Limits,
                 messages.append(Message("tool", tools.dumps({"note": NOT_RUN}),
                                         tool_call_id=call.id, name=call.name))
                 continue
-            step, content = _run_tool(corpus, call, done, limits.result_chars, out.returned)
+            step, content = _run_tool(run_tool, call, done, limits.result_chars, out.returned)
             out.steps.append(step)
             messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
             if on_step:
                 on_step(step)
+
+
+def _counted(provider: Provider, estimated: int, num_ctx: int | None
+             ) -> tuple[int | None, int | None]:
+    """The server's count of the request just answered, and the window Ollama really
+    kept when the count shows it cut the request silently (else None). The count is
+    learned from as a plain ask's is (`window.observe`: the model's ratio of real to
+    estimated tokens), unless it is a cut request's, which says nothing of the tokenizer."""
+    from loomcli.ask import window
+
+    counted = getattr(provider, "prompt_count", None)
+    cut = window.silent_cut(counted, estimated, num_ctx) if provider.name == "ollama" \
+        else None
+    if cut is None:
+        window.observe(provider, estimated, counted)
+    return counted, cut
 
 
 def _progress(on_progress: Callable[[str], None] | None, call: int
@@ -236,7 +263,7 @@ def _kept(call: ToolCall) -> ToolCall:
                     "a call may have; send shorter ones")
 
 
-def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
+def _run_tool(run_tool: RunTool, call: ToolCall, done: dict[str, str], cap: int,
               returned: list[Returned]) -> tuple[Step, str]:
     args = call.arguments
     key = call.name + "\0" + call.error + "\0" + json.dumps(args, sort_keys=True,
@@ -256,7 +283,7 @@ def _run_tool(corpus: Corpus, call: ToolCall, done: dict[str, str], cap: int,
         summary = "bad arguments"
     else:
         try:
-            result = tools.fit(tool.name, tool.call(corpus, args), cap)
+            result = tools.fit(tool.name, run_tool(tool, args), cap)
             summary = tool.summary(result)
         except LoomError as exc:
             result, summary = {"error": str(exc)}, f"error: {exc.message}"

@@ -22,8 +22,8 @@ from loomcli.errors import ToolsUnsupported
 from loomcli.providers import DEFAULT_WINDOW, Message
 
 if TYPE_CHECKING:
+    from loomcli.ask.session import Session
     from loomcli.ask.window import Budget
-    from loomcli.operations import Corpus
     from loomcli.providers import Provider
 
 
@@ -49,14 +49,13 @@ class Plan:
     estimate: agent.Estimate
 
 
-def budget(corpus: Corpus, provider: Provider, question: str, share: int) -> Plan:
+def budget(session: Session, provider: Provider, question: str, share: int) -> Plan:
     """The window (as a plain ask plans it: Ollama's stable num_ctx), the answer's reserve
     and the earlier turns' share of what is left."""
     from loomcli.ask import tokens, window
 
     warnings: list[str] = []
-    k = corpus.config.get("ask.top_k")
-    planned = corpus.window_budget(provider, k, warnings) or window.Budget(
+    planned = session.window_budget(provider, warnings) or window.Budget(
         DEFAULT_WINDOW, window.answer_reserve(DEFAULT_WINDOW, None), "default")
     room = planned.prompt_tokens - tokens.estimate(agent.INSTRUCTIONS) \
         - tokens.estimate(question)
@@ -75,7 +74,7 @@ def model_text(provider: Provider, window: int | None
     return chat
 
 
-def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
+def run(session: Session, get_provider: Callable[[], Provider], question: str,
         conv: Conversation | None, settings: Settings, *,
         store: Conversations | Later | None,
         on_text: Callable[[str], None] | None = None,
@@ -93,7 +92,7 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
     plan = None
     if settings.agent or (conv is not None and conv.turns):
         provider = get_provider()
-        plan = budget(corpus, provider, question, settings.history_share)
+        plan = budget(session, provider, question, settings.history_share)
         recalled = history.recall(conv, plan.history_tokens, plan.estimate, history.summarizer(
             model_text(provider, plan.budget.context_tokens), plan.budget.window_tokens))
     result: ask.Answer | None = None
@@ -101,7 +100,7 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
         try:
             if on_sending is not None:
                 on_sending(None, provider.model)
-            result = _agent(corpus, provider, question, recalled, settings, plan, on_text,
+            result = _agent(session, provider, question, recalled, settings, plan, on_text,
                             on_step, clock, on_progress)
             for warning in result.warnings if on_warning else ():
                 on_warning(warning)  # type: ignore[misc]
@@ -111,11 +110,12 @@ def run(corpus: Corpus, get_provider: Callable[[], Provider], question: str,
                            "without --agent")
     if result is None:
         earlier = recalled if recalled.turns or recalled.summary else None
-        result = corpus.ask_once(question, settings.top_k, provider=provider or get_provider,
-                                 on_text=on_text, mode=settings.mode, on_warning=on_warning,
-                                 clock=clock, recalled=earlier,
-                                 retrieve_with=history.retrieval_text(conv, question),
-                                 on_sending=on_sending)
+        result = session.ask_once(question, settings.top_k,
+                                  provider=provider or get_provider, on_text=on_text,
+                                  mode=settings.mode, on_warning=on_warning, clock=clock,
+                                  recalled=earlier,
+                                  retrieve_with=history.retrieval_text(conv, question),
+                                  on_sending=on_sending)
         if not result.used and provider is not None and plan is not None and earlier:
             # "now into German", "shorter?": about the conversation, not the notes.
             result = _about_the_conversation(provider, question, earlier, plan, on_text,
@@ -163,7 +163,7 @@ def _about_the_conversation(provider: Provider, question: str, recalled: history
     return result
 
 
-def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.Recall,
+def _agent(session: Session, provider: Provider, question: str, recalled: history.Recall,
            settings: Settings, plan: Plan, on_text: Callable[[str], None] | None,
            on_step: Callable[[agent.Step], None] | None,
            clock: Callable[[], float],
@@ -174,16 +174,18 @@ def _agent(corpus: Corpus, provider: Provider, question: str, recalled: history.
     limits = agent.Limits(settings.max_steps, settings.max_calls, settings.result_chars,
                           plan.budget.window_tokens, plan.budget.answer_tokens,
                           plan.budget.context_tokens)
-    out = agent.run(corpus, provider, question, limits=limits, estimate=plan.estimate,
-                    history=recalled.messages(), system=agent.INSTRUCTIONS + recalled.note(),
-                    on_step=on_step, on_text=on_text, on_progress=on_progress)
-    used = corpus.used_files(out.returned)
+    out = agent.run(session.notes.run_tool, provider, question, limits=limits,
+                    estimate=plan.estimate, history=recalled.messages(),
+                    system=agent.INSTRUCTIONS + recalled.note(), on_step=on_step,
+                    on_text=on_text, on_progress=on_progress)
+    used = session.used_files(out.returned)
     sources = [quotes.Source(u.path, [quotes.Piece(o, t) for o, t in u.pieces], u.page_starts)
                for u in used]
     context = {"window_tokens": plan.budget.window_tokens,
                "prompt_tokens": max(out.prompt_tokens, default=0),
                "answer_tokens": plan.budget.answer_tokens, "source": plan.budget.source,
-               "files_sent": len(used), "files_left_out": 0}
+               "files_sent": len(used), "files_left_out": 0,
+               "server_prompt_tokens": out.server_tokens[-1] if out.server_tokens else None}
     result = ask.Answer(out.answer, ask.citations(out.answer, used), used, out.warnings,
                         context,
                         quotes.check(out.answer, sources),

@@ -9,8 +9,8 @@ loom learns it and fits the prompt inside.
 
 The server's own count of each prompt (`Provider.prompt_count`) teaches loom how its
 estimate compares with the model's tokenizer: `learned_ratio` (real / estimated, per
-provider, endpoint and model, in memory beside the window cache, at most `RATIO_KEEP`
-counts each) scales the estimate once `RATIO_EVIDENCE` counts agree, never below
+provider, endpoint and model, at most `RATIO_KEEP` counts each, kept across processes
+by `ratios`) scales the estimate once `RATIO_EVIDENCE` counts agree, never below
 `RATIO_FLOOR` nor below the highest recent count plus `RATIO_SAFETY`. A count lower than
 a cached prompt could explain is not evidence; Ollama's silent cut is told apart by the
 numbers it leaves (`silent_cut`).
@@ -19,10 +19,10 @@ numbers it leaves (`silent_cut`).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loomcli.ask import ratios
 from loomcli.errors import ConfigError
 
 # Ollama's num_ctx: a few sizes only, so that changing top_k a little does not reload
@@ -33,14 +33,14 @@ FIXED_TOKENS_PLAN = 1000  # instructions, headers and a question, when sizing nu
 ANSWER_SHARE = 8  # the answer's default reserve: an eighth of the window...
 ANSWER_MIN, ANSWER_MAX = 256, 2048  # ...within these bounds
 WINDOW_MIN = 512  # a window smaller than this cannot hold instructions and a question
-RATIO_KEEP = 8  # the server's counts kept per model (the newest)
+RATIO_KEEP = ratios.KEEP  # the server's counts kept per model (the newest)
 RATIO_EVIDENCE = 3  # counts needed before the estimate is scaled below 1
 RATIO_SAFETY = 1.1  # the ratio used: the highest recent real/estimated, plus a tenth
 # The ratio is never below this: the estimate with its margin over-counts English prose
 # by about 1.5 (bench_window.py; real/estimated 0.63-0.70), Chinese and Japanese barely.
 RATIO_FLOOR = 0.6
 RATIO_CEILING = 2.0  # a model whose tokenizer counts up to twice the estimate
-RATIO_MODELS = 64  # models remembered at most (least recently used go)
+RATIO_MODELS = ratios.MODELS  # models remembered at most (least recently counted go)
 # A count below this share of the estimate is not a whole prompt's (a cut, or tokens
 # read from a prompt cache that an older Ollama leaves out of prompt_eval_count): English
 # of long common words counts 0.49 of the estimate (cl100k_base), nothing measured less.
@@ -120,10 +120,6 @@ def plan(provider_name: str, window: int, source: str, *, top_k: int, file_budge
                   context_tokens=num_ctx, model_tokens=window)
 
 
-# What each (provider, endpoint, model) counted against loom's estimate: real / estimated.
-_RATIOS: OrderedDict[tuple[str, str, str], deque[float]] = OrderedDict()
-
-
 def _key(provider: Any) -> tuple[str, str, str]:
     return (str(provider.name), str(provider.endpoint), str(provider.model))
 
@@ -131,7 +127,7 @@ def _key(provider: Any) -> tuple[str, str, str]:
 def learned_ratio(provider: Any) -> float:
     """The model's tokens per estimated token: 1 until `RATIO_EVIDENCE` counts say
     otherwise, then the highest recent one times `RATIO_SAFETY`, within the bounds."""
-    seen = _RATIOS.get(_key(provider))
+    seen = ratios.seen(_key(provider))
     if not seen:
         return 1.0
     top = max(seen) * RATIO_SAFETY
@@ -145,12 +141,7 @@ def observe(provider: Any, estimated: int, counted: int | None) -> bool:
     False when the count is not a whole prompt's and was not kept."""
     if counted is None or estimated <= 0 or counted < estimated * PLAUSIBLE:
         return False
-    key = _key(provider)
-    seen = _RATIOS.setdefault(key, deque(maxlen=RATIO_KEEP))
-    _RATIOS.move_to_end(key)
-    seen.append(counted / estimated)
-    while len(_RATIOS) > RATIO_MODELS:
-        _RATIOS.popitem(last=False)
+    ratios.add(_key(provider), counted / estimated)
     return True
 
 

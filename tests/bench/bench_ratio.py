@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=40)
     args = ap.parse_args()
     os.environ["LOOM_CONFIG"] = str(args.work / "text.toml")
-    from loomcli.ask import window
+    from loomcli.ask import ratios, window
     from loomcli.operations import Corpus
 
     corpus = Corpus.default()
@@ -43,7 +43,7 @@ def main() -> None:
     for w in WINDOWS:
         provider = StandIn("openai", w, "llama.cpp /props")
         provider.model = f"m{w}"
-        budget = corpus.window_budget(provider, 5, [])
+        budget = corpus.ask_session().window_budget(provider, [])
         assert budget is not None
 
         def used(b: Any, provider: Any = provider) -> tuple[list[float], list[float], int]:
@@ -57,7 +57,7 @@ def main() -> None:
                 real = tokens.count(p.system + "\n" + p.user) + 20
                 shares.append(real / b.prompt_tokens)
                 over += real > b.prompt_tokens
-                if b.ratio == 1.0 and len(window._RATIOS.get(window._key(provider), ())) < 3:
+                if b.ratio == 1.0 and len(ratios.seen(window._key(provider))) < 3:
                     window.observe(provider, p.prompt_tokens, real)
             return shares, added, over
 
