@@ -7,15 +7,17 @@ use), a type, a default, bounds, a one-line help, and the edges that offer it â€
 offer a parameter, `why` says why: which edge offers what is a choice written here, not
 an accident of four hand-written signatures.
 
-Made from this table: the MCP and agent tools' JSON schemas (tools.py), the checks of an
-MCP call's and an HTTP body's arguments (`check`: unknown names, required ones, types,
-lower bounds, choices), the fast path's option tables (fastpath.py) and the parameter
-tables of docs/reference.md. Checked against it by tests/test_declare.py: typer's
-options (names, defaults, help: typer needs real signatures), the MCP server's tool list
-(from a real session) and those docs tables.
+Made from this table: the MCP and agent tools' JSON schemas (tools.py) and the checks
+of an MCP call's and an HTTP body's arguments (`check`: unknown names, required ones,
+types, lower bounds, choices). Checked against it by tests/test_declare.py: typer's
+options (names, defaults, help: typer needs real signatures), the fast path's option
+tables (written out in fastpath.py: importing this module would cost every cold
+`loom grep` 0.3-0.7 ms; `python -m loomcli.declare --fast` prints them), the MCP
+server's tool list (from a real session), the HTTP server's checks and the parameter
+tables of docs/reference.md (`python -m loomcli.declare` prints them).
 
-Light to import: the fast path reads it before every `loom search`, so plain classes and
-tuples only (no typing, dataclasses or pydantic at import).
+Light to import all the same (plain classes and tuples, no typing, dataclasses or
+pydantic): MCP and HTTP servers and the agent import it.
 """
 
 from __future__ import annotations
@@ -707,7 +709,21 @@ def tables() -> str:
     return "\n".join(table(op) for op in OPERATIONS.values())
 
 
-if __name__ == "__main__":  # python -m loomcli.declare: the tables for docs/reference.md
+def fast_source() -> str:
+    """The fast path's tables as fastpath.py writes them out (`--fast`)."""
+    kinds = {FLAG: "FLAG", OFF: "OFF", TEXT: "TEXT", NUMBER: "NUMBER", COUNT: "COUNT",
+             MANY: "MANY"}
+    out = []
+    for op in (GREP, SEARCH, GET, SCAN):
+        name = op.name.upper()
+        out.append(f"_{name}_OPTIONS = {{")
+        out += [f"    {n!r}: ({d!r}, {kinds[k]})," for n, (d, k) in fast_options(op).items()]
+        out.append("}")
+        out.append(f"_{name}_DEFAULTS = {fast_defaults(op)!r}")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":  # the tables for docs/reference.md; --fast: fastpath.py's
     import sys
 
-    sys.stdout.write(tables())
+    sys.stdout.write(fast_source() if sys.argv[1:] == ["--fast"] else tables())

@@ -21,33 +21,87 @@ import os
 import sys
 from collections.abc import Callable
 
-from loomcli.declare import (
-    COUNT,
-    FLAG,
-    GET,
-    GREP,
-    MANY,
-    OFF,
-    SCAN,
-    SEARCH,
-    TEXT,
-    fast_defaults,
-    fast_options,
-)
 from loomcli.process import one_blas_thread
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import NoReturn
 
-# The options and defaults of each command, made from its declaration (declare.py), which
-# tests/test_declare.py checks against typer's signatures in cli.py.
-_GREP_OPTIONS = fast_options(GREP)
-_GREP_DEFAULTS = fast_defaults(GREP)
+FLAG, OFF, TEXT, NUMBER, COUNT, MANY = "flag", "off", "text", "number", "count", "many"
+# COUNT: a number of at least 1 (grep --limit, an IntRange(min=1) in typer)
+
+# Each command's options are declared in declare.py; these tables are what
+# `declare.fast_options` and `declare.fast_defaults` make of it, written out because
+# importing the declaration costs a cold command 0.3-0.7 ms (tests/test_declare.py checks
+# they are equal, and prints them: `python -m loomcli.declare --fast`).
+
+_GREP_OPTIONS = {
+    "--path": ("path", TEXT),
+    "--glob": ("glob", MANY), "-g": ("glob", MANY),
+    "--ignore-case": ("ignore", FLAG), "-i": ("ignore", FLAG),
+    "--case-sensitive": ("sensitive", FLAG), "-s": ("sensitive", FLAG),
+    "--smart-case": ("smart", FLAG), "-S": ("smart", FLAG),
+    "--fixed-strings": ("fixed", FLAG), "-F": ("fixed", FLAG),
+    "--word-regexp": ("word", FLAG), "-w": ("word", FLAG),
+    "--files-with-matches": ("files_with_matches", FLAG), "-l": ("files_with_matches", FLAG),
+    "--count": ("count", FLAG), "-c": ("count", FLAG),
+    "--only-matching": ("only_matching", FLAG), "-o": ("only_matching", FLAG),
+    "--after-context": ("after", NUMBER), "-A": ("after", NUMBER),
+    "--before-context": ("before", NUMBER), "-B": ("before", NUMBER),
+    "--context": ("context", NUMBER), "-C": ("context", NUMBER),
+    "--max-count": ("max_count", NUMBER), "-m": ("max_count", NUMBER),
+    "--color": ("color_when", TEXT),
+    "--heading": ("heading", FLAG), "--no-heading": ("heading", OFF),
+    "--line-number": ("line_number", FLAG), "-n": ("line_number", FLAG),
+    "--no-line-number": ("no_line_number", FLAG), "-N": ("no_line_number", FLAG),
+    "--regexp": ("regexp", MANY), "-e": ("regexp", MANY),
+    "--invert-match": ("invert", FLAG), "-v": ("invert", FLAG),
+    "--quiet": ("quiet", FLAG), "-q": ("quiet", FLAG),
+    "--type": ("types", MANY), "-t": ("types", MANY),
+    "--type-not": ("types_not", MANY), "-T": ("types_not", MANY),
+    "--files-without-match": ("files_without_match", FLAG),
+    "--multiline": ("multiline", FLAG), "-U": ("multiline", FLAG),
+    "--limit": ("limit", COUNT),
+    "--here": ("here", FLAG),
+    "--json": ("as_json", FLAG),
+}
+_GREP_DEFAULTS = {"path": None, "glob": None, "ignore": False, "sensitive": False,
+                  "smart": False, "fixed": False, "word": False, "files_with_matches": False,
+                  "count": False, "only_matching": False, "after": None, "before": None,
+                  "context": None, "max_count": None, "color_when": "auto", "heading": None,
+                  "line_number": False, "limit": None, "here": False, "as_json": False,
+                  "no_line_number": False, "regexp": None, "invert": False, "quiet": False,
+                  "types": None, "types_not": None, "files_without_match": False,
+                  "multiline": False}
 _CASES = {"ignore": "ignore", "sensitive": "sensitive", "smart": "smart"}
-_SEARCH_OPTIONS, _SEARCH_DEFAULTS = fast_options(SEARCH), fast_defaults(SEARCH)
-_GET_OPTIONS, _GET_DEFAULTS = fast_options(GET), fast_defaults(GET)
-_SCAN_OPTIONS, _SCAN_DEFAULTS = fast_options(SCAN), fast_defaults(SCAN)
+
+_SEARCH_OPTIONS = {
+    "--limit": ("limit", NUMBER),
+    "--mode": ("mode", TEXT),
+    "--path": ("path", TEXT),
+    "--glob": ("glob", MANY), "-g": ("glob", MANY),
+    "--here": ("here", FLAG),
+    "--tag": ("tag", MANY),
+    "--json": ("as_json", FLAG),
+}
+_SEARCH_DEFAULTS = {"limit": None, "mode": None, "path": None, "glob": None, "here": False,
+                    "as_json": False, "tag": None}
+
+_GET_OPTIONS = {
+    "--offset": ("offset", NUMBER),
+    "--length": ("length", NUMBER),
+    "--lines": ("lines", TEXT),
+    "--json": ("as_json", FLAG),
+}
+_GET_DEFAULTS = {"offset": 0, "length": None, "as_json": False, "lines": None}
+
+_SCAN_OPTIONS = {
+    "--force": ("force", FLAG),
+    "--rebuild": ("rebuild", FLAG),
+    "--verbose": ("verbose", FLAG), "-v": ("verbose", FLAG),
+    "--json": ("as_json", FLAG),
+}
+_SCAN_DEFAULTS = {"force": False, "rebuild": False, "verbose": False, "as_json": False}
 
 Values = dict[str, object]
 
@@ -181,7 +235,7 @@ def _grep(config: str | None, args: list[str]) -> Callable[[], int] | None:
     values["line_number"] = not values.pop("no_line_number")  # -n is always on
     for dest in _CASES:
         del values[dest]
-    return lambda: grep(config, pattern, case=case, **values)
+    return lambda: grep(config, pattern, case=case, **values)  # type: ignore[arg-type]
 
 
 def _search(config: str | None, args: list[str]) -> Callable[[], int] | None:
@@ -191,7 +245,7 @@ def _search(config: str | None, args: list[str]) -> Callable[[], int] | None:
     values = {**_SEARCH_DEFAULTS, **parsed[0]}
     from loomcli.reading import search
 
-    return lambda: search(config, parsed[1], **values)
+    return lambda: search(config, parsed[1], **values)  # type: ignore[arg-type]
 
 
 def _get(config: str | None, args: list[str]) -> Callable[[], int] | None:
@@ -201,7 +255,7 @@ def _get(config: str | None, args: list[str]) -> Callable[[], int] | None:
     values = {**_GET_DEFAULTS, **parsed[0]}
     from loomcli.reading import get
 
-    return lambda: get(config, parsed[1][0], **values)
+    return lambda: get(config, parsed[1][0], **values)  # type: ignore[arg-type]
 
 
 def _scan(config: str | None, args: list[str]) -> Callable[[], int] | None:
@@ -214,7 +268,7 @@ def _scan(config: str | None, args: list[str]) -> Callable[[], int] | None:
     from loomcli.scanning import scan
 
     dirs = [Path(d) for d in parsed[1]]
-    return lambda: scan(config, dirs, **values)
+    return lambda: scan(config, dirs, **values)  # type: ignore[arg-type]
 
 
 def main() -> NoReturn:

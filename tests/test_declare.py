@@ -72,18 +72,38 @@ def test_every_typer_option_is_the_declared_one() -> None:
         assert not by_param, f"{op.command}: declared, not in cli.py: {sorted(by_param)}"
 
 
-def test_the_fast_path_s_tables_are_made_from_the_declaration() -> None:
+def test_the_fast_path_s_tables_are_the_declaration_s() -> None:
+    """fastpath.py writes its tables out (the declaration is not imported on a cold
+    command's way); they must be what the declaration makes."""
     from loomcli import fastpath
 
+    assert (fastpath.FLAG, fastpath.OFF, fastpath.TEXT, fastpath.NUMBER, fastpath.COUNT,
+            fastpath.MANY) == (declare.FLAG, declare.OFF, declare.TEXT, declare.NUMBER,
+                               declare.COUNT, declare.MANY)
+    hint = "paste `python -m loomcli.declare --fast` into fastpath.py"
     for op, options, defaults in [
             (declare.GREP, fastpath._GREP_OPTIONS, fastpath._GREP_DEFAULTS),
             (declare.SEARCH, fastpath._SEARCH_OPTIONS, fastpath._SEARCH_DEFAULTS),
             (declare.GET, fastpath._GET_OPTIONS, fastpath._GET_DEFAULTS),
             (declare.SCAN, fastpath._SCAN_OPTIONS, fastpath._SCAN_DEFAULTS)]:
-        assert options == declare.fast_options(op)
-        assert defaults == declare.fast_defaults(op)
-        spelled = {n for p in op.params for o in p.cli for n in o.names}
-        assert set(options) == spelled, op.name
+        assert options == declare.fast_options(op), hint
+        assert defaults == declare.fast_defaults(op), hint
+    source = declare.fast_source()
+    namespace: dict[str, object] = {n: getattr(declare, n) for n in (
+        "FLAG", "OFF", "TEXT", "NUMBER", "COUNT", "MANY")}
+    exec(source, namespace)  # what --fast prints is the tables
+    assert namespace["_GREP_OPTIONS"] == fastpath._GREP_OPTIONS
+    assert namespace["_SCAN_DEFAULTS"] == fastpath._SCAN_DEFAULTS
+
+
+def test_a_cold_command_does_not_import_the_declaration(tmp_path) -> None:
+    import os
+
+    for args in (["--version"], ["grep", "x"], ["search", "x"]):
+        out = subprocess.run([sys.executable, "-X", "importtime", "-m", "loomcli", *args],
+                             capture_output=True, text=True, cwd=tmp_path,
+                             env={**os.environ, "LOOM_HOME": str(tmp_path)})
+        assert "loomcli.declare" not in out.stderr, args
 
 
 def test_the_mcp_server_offers_the_declared_tools_and_arguments(scanned_notes,
