@@ -240,3 +240,84 @@ def test_the_reference_s_tables_are_the_declaration() -> None:
     assert start in text and end in text, "docs/reference.md lacks the parameter tables"
     held = text.split(start, 1)[1].split(end, 1)[0]
     assert held.strip() == declare.tables().strip()
+
+
+def test_the_operations_refuse_what_the_declaration_bounds(scanned_notes) -> None:
+    """MCP and HTTP check a value's lower bound from the declaration before calling; the
+    CLI reaches the operation unchecked: the operation must refuse below the same bound
+    and take the bound itself (a bound changed in one place only fails here)."""
+    from loomcli import config
+    from loomcli.errors import QueryError
+    from loomcli.operations import Corpus
+
+    corpus = Corpus(config.load())
+    path = "projects/loom-controller.md"
+    calls = {
+        ("search", "limit"): lambda v: corpus.search("warp", limit=v),
+        ("search", "excerpt_chars"): lambda v: corpus.search("warp", excerpt_chars=v),
+        ("grep", "context"): lambda v: corpus.grep("warp", context=v),
+        ("grep", "limit"): lambda v: corpus.grep("warp", limit=v),
+        ("grep", "after"): lambda v: list(corpus.grep_lines("warp", after=v)),
+        ("grep", "before"): lambda v: list(corpus.grep_lines("warp", before=v)),
+        ("grep", "max_count"): lambda v: list(corpus.grep_lines("warp", max_count=v)),
+        ("get", "offset"): lambda v: corpus.get(path, offset=v),
+        ("get", "length"): lambda v: corpus.get(path, length=v),
+        ("ask", "top_k"): lambda v: corpus.check_ask("why", top_k=v),
+    }
+    bounded = {(op.name, p.name) for op in OPERATIONS.values() for p in op.params
+               if p.lo is not None}
+    assert bounded == set(calls)
+    for (op, name), call in calls.items():
+        lo = OPERATIONS[op].param(name).lo
+        assert lo is not None
+        call(lo)
+        with pytest.raises(QueryError, match=f"{name} must be {lo} or more"):
+            call(lo - 1)
+
+
+def _object_keys(source: str, start: int) -> list[str]:
+    """The top-level keys of the JavaScript object literal opening at source[start]."""
+    import re
+
+    depth, part, parts = 0, "", []
+    for ch in source[start + 1:]:
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            if depth == 0:
+                parts.append(part)
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(part)
+            part = ""
+        else:
+            part += ch
+    return [re.match(r"\s*(\w+)", p)[1] for p in parts if p.strip()]  # type: ignore[index]
+
+
+def page_fields() -> dict[str, set[str]]:
+    """What the web page sends each POST route, read from app.js: an object literal in
+    the call, or `body` — its literal and the `body.x = ` after it."""
+    import re
+
+    source = (ROOT / "loomcli" / "web" / "app.js").read_text(encoding="utf-8")
+    sent: dict[str, set[str]] = {}
+    for call in re.finditer(r'call(?:JSON)?\("POST", "(/\w+)", (\{|body\b)', source):
+        if call[2] == "{":
+            keys = _object_keys(source, call.end() - 1)
+        else:
+            made = source.rfind("const body = {", 0, call.start())
+            keys = _object_keys(source, source.index("{", made))
+            keys += re.findall(r"\bbody\.(\w+) =", source[made:call.start()])
+        sent.setdefault(call[1], set()).update(keys)
+    return sent
+
+
+def test_the_page_sends_what_the_declaration_says_it_does() -> None:
+    sent = page_fields()
+    routes = {op.route: op for op in _posts() if op.offered("page")}
+    assert set(sent) == set(routes)
+    for route, op in routes.items():
+        declared = {p.name for p in op.on("page") if p.name != "corpus"}
+        assert sent[route] == declared, route  # `corpus`: added to every call (call())
