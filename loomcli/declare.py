@@ -62,7 +62,6 @@ DISK = ("a folder on the disk of the machine running loom, relative to the curre
         "loom_list_files shows it)")
 SERVED = ("a server serves the folders it was configured with; a client choosing folders "
           "on the server's disk could read anything there")
-HTTP_ONLY = "an HTTP client's choice (several corpora, a streamed answer)"
 STREAM = "MCP answers one result per call; the CLI streams to the terminal already"
 PAGE_TYPING = ("the page's search as you type; an agent or a typed command sends whole "
                "queries")
@@ -90,8 +89,7 @@ class Param:
     (None: left out, the operation's own default); `lo`: values below are refused, `hi`:
     values above are clamped (by the operation); `choices`: the values allowed; `cli`:
     the Options that spell it on the command line; `edges`: those that offer it beside
-    the CLI; `why`: for each edge that does not offer it, the reason. `alias`: an older
-    name MCP and HTTP still accept (mapped by `check`)."""
+    the CLI; `why`: for each edge that does not offer it, the reason."""
 
     __slots__ = ("name", "kind", "default", "help", "lo", "hi", "choices", "required",
                  "cli", "edges", "why")
@@ -379,7 +377,7 @@ FILES = Operation("files", (
               Option(("--long", "-l"), "long", FLAG, False, "Show kind, size and title."),
               default=False, why="MCP and HTTP always answer every field"),
     _json(),
-    Param("corpus", STRING, _CORPUS.help, edges=(HTTP, PAGE), why=_CORPUS.why),
+    _CORPUS,
 ), command="files", tool="loom_list_files", route="/files", method="GET")
 
 
@@ -395,7 +393,7 @@ STATUS = Operation("status", (
                       "holding no text, with the reason."),), edges=(),
           why={HTTP: "not offered yet", PAGE: "not offered yet", MCP: "no status tool"}),
     _json(),
-    Param("corpus", STRING, _CORPUS.help, edges=(HTTP, PAGE), why=_CORPUS.why),
+    _CORPUS,
 ), command="status", route="/status", method="GET",
    why={MCP: "an agent needs the notes, not the index's housekeeping; loom_scan reports "
              "what changed"})
