@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from loomcli import __version__, webpage
+from loomcli import __version__, declare, webpage
 from loomcli.config import Config
 from loomcli.errors import (
     BusyError,
@@ -45,7 +45,8 @@ from loomcli.errors import (
     QueryError,
     RootError,
 )
-from loomcli.operations import EXCERPT_CHARS, Corpus, terms
+from loomcli.limits import EXCERPT_CHARS, GREP_CASE
+from loomcli.operations import Corpus, terms
 
 MAX_BODY = 1 << 20
 MAX_JSON_DEPTH = 32
@@ -270,6 +271,16 @@ async def read_json(request: Any) -> dict[str, Any]:
     return data
 
 
+async def read_body(request: Any, op: declare.Operation) -> dict[str, Any]:
+    """A POST body as `op`'s arguments, checked against its declaration (names the route
+    does not take, types, bounds, choices: 400 naming the field; null is the default)."""
+    data = await read_json(request)
+    for p in op.on(declare.HTTP):
+        if p.required and data.get(p.name) in (None, ""):
+            raise HttpError(400, f"missing \"{p.name}\"")
+    return declare.check(op, data, declare.HTTP)
+
+
 def _check_value(value: Any, where: str, depth: int) -> None:
     """Bounded nesting, and text that is valid Unicode (no lone surrogates)."""
     if depth > MAX_JSON_DEPTH:
@@ -343,10 +354,10 @@ class Api:
     def routes(self) -> list[Any]:
         from starlette.routing import Route
 
-        def post(operation: Callable[[dict[str, Any]], Any], timed: bool = True
-                 ) -> Callable[..., Any]:
+        def post(op: declare.Operation, operation: Callable[[dict[str, Any]], Any],
+                 timed: bool = True) -> Callable[..., Any]:
             async def endpoint(request: Any) -> Any:
-                data = await read_json(request)
+                data = await read_body(request, op)
                 return await self.respond(lambda: operation(data).to_dict(), timed=timed)
             return endpoint
 
@@ -362,25 +373,27 @@ class Api:
         return [
             Route("/healthz", healthz, methods=["GET"]),
             Route("/files", files, methods=["GET"]),
-            Route("/search", post(lambda b: self.corpus(b.get("corpus")).search(
+            Route("/search", post(declare.SEARCH, lambda b: self.corpus(b.get("corpus")).search(
                 self.required(b, "query"), b.get("limit"),
                 b.get("excerpt_chars", EXCERPT_CHARS), b.get("mode"),
                 b.get("prefix", False), path=b.get("path"),
                 globs=b.get("glob"), tags=b.get("tag"))), methods=["POST"]),
-            Route("/grep", post(lambda b: _Spanned(self.corpus(b.get("corpus")).grep(
+            Route("/grep", post(declare.GREP, lambda b: _Spanned(self.corpus(
+                b.get("corpus")).grep(
                 self.required(b, "pattern"), path=b.get("path"), globs=b.get("glob"),
-                context=b.get("context"), case_sensitive=b.get("case_sensitive", False),
+                context=b.get("context"), case=b.get("case", GREP_CASE),
                 limit=b.get("limit"), types=b.get("type"), every=b.get("spans", False)))),
                   methods=["POST"]),
-            Route("/file", post(lambda b: self.corpus(b.get("corpus")).get(
+            Route("/file", post(declare.GET, lambda b: self.corpus(b.get("corpus")).get(
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),
-            Route("/pages", post(lambda b: self.corpus(b.get("corpus")).pages(
+            Route("/pages", post(declare.PAGES, lambda b: self.corpus(b.get("corpus")).pages(
                 self.required(b, "path"))), methods=["POST"]),
             Route("/scan", self.scan, methods=["POST"]),
             Route("/ask", self.ask, methods=["POST"]),
             # The words of a query as loom matches them, for the page's highlighting.
-            Route("/terms", post(lambda b: terms(b.get("text", ""))), methods=["POST"]),
+            Route("/terms", post(declare.TERMS, lambda b: terms(b.get("text", ""))),
+                  methods=["POST"]),
         ]
 
     async def status(self, request: Any) -> Any:
@@ -414,7 +427,7 @@ class Api:
         return Response(_json_bytes(payload), media_type="application/json; charset=utf-8")
 
     async def scan(self, request: Any) -> Any:
-        data = await read_json(request)
+        data = await read_body(request, declare.SCAN)
         stream = data.get("stream", False)
         if not isinstance(stream, bool):
             raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")
@@ -481,7 +494,7 @@ class Api:
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     async def ask(self, request: Any) -> Any:
-        data = await read_json(request)
+        data = await read_body(request, declare.ASK)
         stream = data.get("stream", False)
         if not isinstance(stream, bool):
             raise HttpError(400, f"stream must be true or false, got {stream!r:.40}")

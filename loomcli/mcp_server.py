@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomcli import __version__, tools
+from loomcli import __version__, declare, tools
 from loomcli.discover import DOCUMENTS
 from loomcli.errors import LoomError
-from loomcli.operations import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, Corpus
+from loomcli.limits import EXCERPT_CHARS, GREP_CASE, GREP_LIMIT, SEARCH_LIMIT
+from loomcli.operations import Corpus
 
 # Every kind loom_list_files can show: "note" (text formats), then each document kind.
 KINDS = ", ".join(dict.fromkeys(["note", *DOCUMENTS.values()]))
@@ -56,10 +57,18 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         except LoomError as exc:
             raise ToolError(str(exc)) from None
 
-    # The reading tools are defined once in loomcli.tools (the agent offers the same);
-    # their signatures here give the SDK the same argument schema (a test compares them).
+    # The reading tools are defined once in loomcli.tools (the agent offers the same),
+    # their arguments in loomcli.declare; the signatures here give the SDK the same
+    # schema (tests/test_declare.py compares them) and each call is checked as the
+    # agent's and HTTP's are.
     def reading(tool: tools.Tool, args: dict[str, Any]) -> Any:
-        return call(lambda corpus: _Result(tool.run(corpus, args)))
+        return call(lambda corpus: _Result(tool.call(corpus, args)))
+
+    def checked(op: declare.Operation, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return declare.check(op, args, declare.MCP)
+        except LoomError as exc:
+            raise ToolError(str(exc)) from None
 
     @server.tool(description=tools.SEARCH.description)
     async def loom_search(query: str, limit: int = SEARCH_LIMIT,
@@ -73,13 +82,12 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
 
     @server.tool(description=tools.GREP.description)
     async def loom_grep(pattern: str, path: str | None = None, glob: list[str] | None = None,
-                        context: int = 0, case_sensitive: bool = False,
-                        limit: int = GREP_LIMIT, type: list[str] | None = None  # noqa: A002
-                        ) -> dict[str, Any]:
+                        case: str = GREP_CASE, context: int = 0, limit: int = GREP_LIMIT,
+                        type: list[str] | None = None,  # noqa: A002
+                        case_sensitive: bool | None = None) -> dict[str, Any]:
         return await reading(tools.GREP, {"pattern": pattern, "path": path, "glob": glob,
-                                          "context": context,
-                                          "case_sensitive": case_sensitive, "limit": limit,
-                                          "type": type})
+                                          "context": context, "case": case, "limit": limit,
+                                          "type": type, "case_sensitive": case_sensitive})
 
     @server.tool(description=tools.GET_FILE.description)
     async def loom_get_file(path: str, offset: int = 0,
@@ -102,6 +110,8 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
     async def loom_ask(question: str, top_k: int | None = None, mode: str = "auto",
                        agent: bool | None = None,
                        conversation_id: str | None = None) -> dict[str, Any]:
+        checked(declare.ASK, {"question": question, "top_k": top_k, "mode": mode,
+                              "agent": agent, "conversation_id": conversation_id})
         return await call(Corpus.ask, question, top_k, mode=mode, agent=agent,
                           conversation_id=conversation_id)
 
@@ -111,6 +121,7 @@ def build_server(corpus_factory: Callable[[], Corpus]) -> Any:
         "skipped (counts unchanged files and those without text), failed, duration_ms, "
         "errors [{path, error}] and skips [{path, reason}]. force re-extracts everything."))
     async def loom_scan(force: bool = False) -> dict[str, Any]:
+        checked(declare.SCAN, {"force": force})
         return await call(Corpus.scan, force=force)
 
     @server.tool(description=(

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loomcli.errors import QueryError
-from loomcli.limits import EXCERPT_CHARS, GREP_LIMIT, SEARCH_LIMIT, SEARCH_MODES
+from loomcli import declare
+from loomcli.limits import EXCERPT_CHARS, GREP_CASE
 
 if TYPE_CHECKING:
     from loomcli.operations import Corpus
@@ -22,45 +22,33 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Tool:
-    name: str
+    operation: declare.Operation  # its arguments: name, type, default, bounds
     description: str
-    parameters: dict[str, Any]  # JSON schema of the arguments
-    run: Callable[[Corpus, dict[str, Any]], dict[str, Any]]
+    run: Callable[[Corpus, dict[str, Any]], dict[str, Any]]  # with checked arguments
     summary: Callable[[dict[str, Any]], str]  # "2 matches", for the step line
 
+    @property
+    def name(self) -> str:
+        return str(self.operation.tool)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments, made from the operation's declaration."""
+        return declare.schema(self.operation)
+
     def call(self, corpus: Corpus, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Run with arguments a client sent: unknown names and missing required ones are a
-        QueryError naming them, as a wrong type is."""
-        known = self.parameters["properties"]
-        unknown = sorted(set(arguments) - set(known))
-        if unknown:
-            raise QueryError(f"{self.name}: unknown argument {unknown[0]!r}",
-                             f"arguments are {', '.join(known)}")
-        for name in self.parameters.get("required", []):
-            if name not in arguments:
-                raise QueryError(f"{self.name}: {name} is required")
-        return self.run(corpus, arguments)
+        """Run with arguments a client sent, checked against the declaration: unknown
+        names, missing required ones, a wrong type or a value below its bound are a
+        QueryError naming them; null is the default."""
+        return self.run(corpus, declare.check(self.operation, arguments, declare.MCP))
 
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("ch") else f"{n} {word}s"
 
 
-def _schema(properties: dict[str, dict[str, Any]], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required}
-
-
-def _strings_or_null() -> dict[str, Any]:
-    return {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
-            "default": None}
-
-
-def _nullable(kind: str) -> dict[str, Any]:
-    return {"anyOf": [{"type": kind}, {"type": "null"}], "default": None}
-
-
 SEARCH = Tool(
-    "loom_search",
+    declare.SEARCH,
     "Rank the user's notes and PDFs by relevance to a query: BM25, fused with meaning "
     "(passage embeddings, any language) when the user enabled embeddings. Returns hits "
     "with path, title, score, a snippet, content_len (bytes), match (bm25, semantic or "
@@ -71,14 +59,6 @@ SEARCH = Tool(
     "these tags (#tag in a note or its front matter; `#tag` in the query does the same); "
     "backlinks: how many notes link to a hit. path (a file or folder, as loom_list_files "
     "shows it) and glob (gitignore-style, `!` excludes) narrow the files, as in loom_grep.",
-    _schema({"query": {"type": "string"},
-             "limit": {"type": "integer", "default": SEARCH_LIMIT},
-             "excerpt_chars": {"type": "integer", "default": EXCERPT_CHARS},
-             "mode": {"type": "string", "default": "auto", "enum": list(SEARCH_MODES)},
-             "tag": _strings_or_null(),
-             "path": _nullable("string"),
-             "glob": _strings_or_null()},
-            ["query"]),
     lambda c, a: c.search(a["query"], a.get("limit"), a.get("excerpt_chars", EXCERPT_CHARS),
                           a.get("mode"), tags=a.get("tag"), path=a.get("path"),
                           globs=a.get("glob")).to_dict(),
@@ -86,40 +66,30 @@ SEARCH = Tool(
 )
 
 GREP = Tool(
-    "loom_grep",
-    "Find exact strings or RE2 regular expressions (case-insensitive unless "
-    "case_sensitive) in every indexed file, or one (path), or those matching gitignore-"
-    "style globs. One result per matching line: path, line, byte offset, PDF page, the "
+    declare.GREP,
+    "Find exact strings or RE2 regular expressions in every indexed file, or one (path), "
+    "or those matching gitignore-style globs. case: smart (default: ignore case unless "
+    "the pattern has an upper-case letter), ignore or sensitive; case_sensitive true or "
+    "false is the older spelling of sensitive or ignore. "
+    "One result per matching line: path, line, byte offset, PDF page, the "
     "line, and `context` lines around it; at most `limit` (50, max 500), `truncated` "
     "when cut. `type`: only files of these kinds (ripgrep's names: md, txt, pdf, html, "
     "docx…). Then call loom_get_file(path, offset=offset - 500, length=2000) to read "
     "around a hit.",
-    _schema({"pattern": {"type": "string"},
-             "path": _nullable("string"),
-             "glob": _strings_or_null(),
-             "context": {"type": "integer", "default": 0},
-             "case_sensitive": {"type": "boolean", "default": False},
-             "limit": {"type": "integer", "default": GREP_LIMIT},
-             "type": _strings_or_null()},
-            ["pattern"]),
     lambda c, a: c.grep(a["pattern"], path=a.get("path"), globs=a.get("glob"),
-                        context=a.get("context"), case_sensitive=a.get("case_sensitive", False),
+                        context=a.get("context"), case=a.get("case", GREP_CASE),
                         limit=a.get("limit"), types=a.get("type")).to_dict(),
     lambda r: (_count(len(r.get("matches", [])), "match")
                + (" (truncated)" if r.get("truncated") else "")),
 )
 
 GET_FILE = Tool(
-    "loom_get_file",
+    declare.GET,
     "Read a file's extracted text, or a byte range of it (offset and length in bytes of "
     "the UTF-8 text; clamped to the text, never a broken character). Returns path, "
     "offset, length (what was returned), content_len and content. Paths are as "
     "loom_list_files, loom_search and loom_grep show them. Prefer a length of a few "
     "thousand bytes around a grep offset over reading a whole long PDF.",
-    _schema({"path": {"type": "string"},
-             "offset": {"type": "integer", "default": 0},
-             "length": _nullable("integer")},
-            ["path"]),
     lambda c, a: c.get(a["path"], a.get("offset", 0), a.get("length")).to_dict(),
     lambda r: f"{r.get('length', 0):,} of {r.get('content_len', 0):,} bytes",
 )

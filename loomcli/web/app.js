@@ -470,7 +470,8 @@ views.grep = (() => {
     const mine = ++seq;
     count.textContent = "Searching…";
     try {
-      const body = { pattern, context, case_sensitive: caseSensitive, limit: MATCHES_MAX, spans: true };
+      const body = { pattern, context, case: caseSensitive ? "sensitive" : "ignore", limit: MATCHES_MAX,
+                     spans: true };
       if (globs.length) body.glob = globs;
       const result = await callJSON("POST", "/grep", body);
       if (mine !== seq) return;
@@ -737,7 +738,7 @@ views.file = (() => {
       const [info, found] = await Promise.all([
         callJSON("POST", "/pages", { path }),
         grepPattern
-          ? callJSON("POST", "/grep", { pattern: grepPattern, path, case_sensitive: caseSensitive,
+          ? callJSON("POST", "/grep", { pattern: grepPattern, path, case: caseSensitive ? "sensitive" : "ignore",
                                       limit: MATCHES_MAX, spans: Boolean(pattern) })
           : Promise.resolve({ matches: [], truncated: false }),
       ]);
