@@ -44,6 +44,7 @@ from loomcli.errors import (
     ProviderError,
     QueryError,
     RootError,
+    StoreDownError,
 )
 from loomcli.operations import EXCERPT_CHARS, Corpus, terms
 
@@ -70,7 +71,7 @@ SCAN_PROGRESS_EVERY_S = 0.1  # a streamed scan's progress lines, at most this of
 PROCESSES_MAX = 4
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
           (IgnorePatternError, 422), (RootError, 422), (ProviderError, 502),
-          (ConfigError, 500), (IndexStateError, 500)]
+          (ConfigError, 500), (IndexStateError, 500), (StoreDownError, 503)]
 # A path starts at a slash (or a drive) that no word, dot, colon or slash precedes: a URL's
 # `//host/path` and the segments after it are left whole ("at http://h:9/v1/chat").
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
