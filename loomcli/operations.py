@@ -276,10 +276,18 @@ class Status:
         self.counts: dict[str, Any] = counts if counts is not None else {}
         self.engines: dict[str, str] = engines if engines is not None else {}
         self.index_exists = False  # no scan has made it yet
+        self.backend = "sqlite"  # or "postgresql" ([store] url)
+        self.replicas: list[dict[str, Any]] = []  # [store] read_urls, each with its lag
+
+    @property
+    def store(self) -> str:
+        """The backend and where the index is: `sqlite: PATH`, `postgresql: host/db`."""
+        return f"{self.backend}: {self.index}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "index": self.index, **self.counts,
-                "engines": self.engines, "index_exists": self.index_exists}
+                "engines": self.engines, "index_exists": self.index_exists,
+                "backend": self.backend, "store": self.store, "replicas": self.replicas}
 
 
 class Setting(Record):
@@ -871,6 +879,13 @@ class Corpus:
                      engines={"pdf": pdf.engine(),
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
+        url = self.config.store_url if self.db_path is None else None
+        if url is not None:  # PostgreSQL: where (never a password), and each replica's lag
+            from loomcli.store.pg_connect import Router, place
+
+            out.backend, out.index = "postgresql", place(url)
+            router = Router.from_config(self.config)
+            out.replicas = router.replica_status() if router else []
         if self.index_path.exists():
             out.index_exists = True
             with self.store() as store:

@@ -202,6 +202,6 @@ def test_status_names_the_primary_and_its_replicas(pair: pg_replica.Pair, tmp_pa
     run = subprocess.run([sys.executable, "-m", "loomcli", "status"], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert f"store:  postgresql: 127.0.0.1:{pair.primary.port}/postgres" in run.stdout
+    assert f"index:  postgresql: 127.0.0.1:{pair.primary.port}/postgres (" in run.stdout
     assert (f"replica: 127.0.0.1:{pair.standby.port}/postgres: down (Connection refused)"
             in run.stdout)

@@ -12,6 +12,7 @@ command's start-up, never load it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -58,6 +59,14 @@ def reason(exc: BaseException) -> str:
 
 def _sign_in_problem(text: str) -> bool:
     return any(word.lower() in text.lower() for word in _SIGN_IN)
+
+
+def _row(conn: psycopg.Connection[Any], sql: str, args: tuple[Any, ...] = ()
+         ) -> tuple[Any, ...]:
+    """The one row a query of loom's own returns."""
+    row = conn.execute(sql, args).fetchone()
+    assert row is not None
+    return tuple(row)
 
 
 class Router:
@@ -219,23 +228,21 @@ class Router:
         import psycopg
 
         primary_lsn = None
-        try:
-            primary_lsn = self.write(lambda c: c.execute(
-                "SELECT pg_current_wal_lsn()::text").fetchone()[0])
-        except (StoreDownError, ConfigError, psycopg.Error):
-            pass
+        with contextlib.suppress(StoreDownError, ConfigError, psycopg.Error):
+            primary_lsn = self.write(lambda c: _row(c, "SELECT pg_current_wal_lsn()::text"))[0]
         out = []
         for url in self.replicas:
             row: dict[str, Any] = {"url": place(url), "up": False, "in_recovery": None,
                                    "lag_bytes": None, "lag_s": None, "error": None}
             try:
                 conn = self._kept(url)
-                got = conn.execute(
-                    "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, "
-                    "pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), "
-                    "extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8, "
-                    "pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::float8",
-                    (primary_lsn or "0/0",)).fetchone()
+                got = _row(conn,
+                           "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, "
+                           "pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), "
+                           "extract(epoch FROM now() - pg_last_xact_replay_timestamp())"
+                           "::float8, "
+                           "pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::float8",
+                           (primary_lsn or "0/0",))
             except psycopg.Error as exc:
                 self._drop(url)
                 self.mark_down(url)
