@@ -75,6 +75,26 @@ def test_a_replica_down_sends_reads_to_the_next_then_to_the_primary(
     assert fresh.read(where) == (False, pair.primary.port)  # none up: the primary
 
 
+def test_a_reader_of_its_own_moves_on_when_its_server_dies(pair: pg_replica.Pair) -> None:
+    """connect_reader: the connection a store keeps. Its server killed, the store asks
+    again and gets the next server (the dead one is marked down by the failed query)."""
+    import psycopg
+
+    router = Router(pair.primary.url(), [pair.standby.url()])
+    conn = router.connect_reader()
+    assert where(conn) == (True, pair.standby.port)
+    pair.standby.kill()
+    with pytest.raises(psycopg.OperationalError):
+        where(conn)
+    router.mark_down(pair.standby.url())  # as the store does when its connection fails
+    with router.connect_reader() as again:
+        assert where(again) == (False, pair.primary.port)
+    conn.close()
+    pair.primary.kill()
+    with pytest.raises(StoreDownError, match="no server of the store answers"):
+        Router(pair.primary.url(), [pair.standby.url()]).connect_reader()
+
+
 def test_a_replica_back_up_serves_reads_again(pair: pg_replica.Pair) -> None:
     now = [0.0]
     router = Router(pair.primary.url(), [pair.standby.url()], clock=lambda: now[0])

@@ -167,6 +167,23 @@ class Router:
                 failures.append((url, reason(exc)))
         raise self._all_down(failures)
 
+    def connect_reader(self) -> psycopg.Connection[Any]:
+        """A connection of its own (autocommit) to the first server in read_order that
+        answers: for a store that keeps its connection (one per server thread). When
+        that server goes down mid-use, the store drops the connection and asks again:
+        the server is marked down by then, so the next one answers."""
+        import psycopg
+
+        failures: list[tuple[str, str]] = []
+        for url in self.read_order():
+            try:
+                return self.connect(url)
+            except psycopg.OperationalError as exc:
+                if url == self.primary and _sign_in_problem(str(exc)):
+                    raise self._sign_in_error(url, exc) from None
+                failures.append((url, reason(exc)))
+        raise self._all_down(failures)
+
     def write(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """fn on the primary (kept connection, autocommit: fn opens its transaction)."""
         import psycopg
