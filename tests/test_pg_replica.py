@@ -86,7 +86,7 @@ def test_a_reader_of_its_own_moves_on_when_its_server_dies(pair: pg_replica.Pair
     pair.standby.kill()
     with pytest.raises(psycopg.OperationalError):
         where(conn)
-    router.mark_down(pair.standby.url())  # as the store does when its connection fails
+    router.lost(conn)  # as the store does when its connection fails
     with router.connect_reader() as again:
         assert where(again) == (False, pair.primary.port)
     conn.close()

@@ -16,6 +16,7 @@ import contextlib
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -83,6 +84,7 @@ class Router:
         self._down: dict[str, float] = {}  # url -> when it may be tried again
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._urls: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_config(cls, config: Config) -> Router | None:
@@ -109,7 +111,15 @@ class Router:
             self.mark_down(url)
             raise
         self._up(url)
+        self._urls[conn] = url
         return conn
+
+    def lost(self, conn: psycopg.Connection[Any]) -> None:
+        """A connection this router made failed (its server went away): mark that server
+        down, so the next connect_reader() goes to the next one."""
+        url = self._urls.get(conn)
+        if url is not None:
+            self.mark_down(url)
 
     def mark_down(self, url: str) -> None:
         with self._lock:
