@@ -146,6 +146,10 @@ def team_tokens(value: str | None, corpus_root: Path | None) -> dict[str, Team]:
             isinstance(k, str) and k.strip() and isinstance(v, str) for k, v in data.items()):
         raise ConfigError(f"${TEAM_TOKENS_ENV} must be a JSON object of token → corpus name",
                           hint)
+    if not all(33 <= ord(c) < 127 for token in data for c in token):
+        raise ConfigError(f"a token of ${TEAM_TOKENS_ENV} holds a space or a character an "
+                          "Authorization header cannot carry",
+                          "use letters, digits and -._~+/ (e.g. `openssl rand -hex 32`)")
     if corpus_root is None:
         raise ConfigError(f"${TEAM_TOKENS_ENV} gives each token a corpus of --corpus-root",
                           "start with --corpus-root DIR (one DIR/<name>/notes per corpus)")

@@ -175,6 +175,7 @@ def start(*args: str, tokens: str) -> subprocess.CompletedProcess[str]:
     ("{not json", "loom: $LOOM_HTTP_TOKENS is not valid JSON — "),
     ('["tok"]', "loom: $LOOM_HTTP_TOKENS must be a JSON object of token → corpus name — "),
     ('{"t": 5}', "loom: $LOOM_HTTP_TOKENS must be a JSON object of token → corpus name — "),
+    ('{"t k": "alice"}', "loom: a token of $LOOM_HTTP_TOKENS holds a space or a character "),
     ('{"t": "../bob"}', "loom: $LOOM_HTTP_TOKENS names an invalid corpus '../bob' — "),
     ('{"t": "carol"}', "loom: $LOOM_HTTP_TOKENS names corpus 'carol', which has no folder "),
 ])
