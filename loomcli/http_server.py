@@ -212,9 +212,6 @@ class Settings:
                 team = member
         return allowed or team is not None, None if allowed else team
 
-    def authorized(self, header: str | None) -> bool:
-        return self.caller(header)[0]
-
 
 def _json_bytes(payload: Any) -> bytes:
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")
