@@ -225,3 +225,19 @@ def test_status_names_the_primary_and_its_replicas(pair: pg_replica.Pair, tmp_pa
     assert f"index:  postgresql: 127.0.0.1:{pair.primary.port}/postgres (" in run.stdout
     assert (f"replica: 127.0.0.1:{pair.standby.port}/postgres: down (Connection refused)"
             in run.stdout)
+
+
+def test_status_with_the_primary_down_still_shows_the_replica(pair: pg_replica.Pair,
+                                                              tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "config.toml").write_text(f'[store]\nurl = "{pair.primary.url()}"\n'
+                                          f'read_urls = ["{pair.standby.url()}"]\n')
+    env = {**os.environ, "LOOM_CONFIG": str(tmp_path / "config.toml")}
+    env.pop("LOOM_DATABASE_URL", None)
+    pair.primary.kill()
+    run = subprocess.run([sys.executable, "-m", "loomcli", "status", "--json"], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    [replica] = json.loads(run.stdout)["replicas"]
+    assert (replica["up"], replica["in_recovery"], replica["lag_bytes"]) == (True, True, None)
