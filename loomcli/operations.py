@@ -888,7 +888,11 @@ class Corpus:
 
             out.backend, out.index = "postgresql", place(url)
             router = Router.from_config(self.config)
-            out.replicas = router.replica_status() if router else []
+            if router is not None:
+                try:
+                    out.replicas = router.replica_status()
+                finally:
+                    router.close()
         if self.index_path.exists():
             out.index_exists = True
             with self.store() as store:
