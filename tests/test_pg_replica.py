@@ -185,6 +185,24 @@ def test_sslmode_is_passed_through(pair: pg_replica.Pair) -> None:
         Router(pair.primary.url() + "?sslmode=require").read(where)
 
 
+def test_one_router_per_process_for_the_same_servers(pair: pg_replica.Pair, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's requests share one router: a replica found down by one request is
+    skipped by the next (no second connect timeout)."""
+    from loomcli import config
+
+    monkeypatch.delenv("LOOM_DATABASE_URL", raising=False)
+    path = tmp_path / "config.toml"
+    path.write_text(f'[store]\nurl = "{pair.primary.url()}"\nread_urls = ["{dead_url()}"]\n')
+    first = Router.shared(config.load(path))
+    assert first is not None and first is Router.shared(config.load(path))
+    assert first.read(where)[1] == pair.primary.port
+    assert first.is_down(first.replicas[0])
+    path.write_text(f'[store]\nurl = "{pair.primary.url()}"\n')
+    assert Router.shared(config.load(path)) is not first
+    assert Router.shared(config.Config(tmp_path / "none.toml")) is None
+
+
 def test_password_env_from_config(pair: pg_replica.Pair, tmp_path: Path,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from loomcli import config

@@ -62,6 +62,12 @@ def _sign_in_problem(text: str) -> bool:
     return any(word.lower() in text.lower() for word in _SIGN_IN)
 
 
+# Routers by (url, read_urls, password): `Router.shared`. Per process, like the SQLite
+# store's kept connections (operations._KEPT): what a server knows of its servers.
+_SHARED: dict[tuple[str, tuple[str, ...], str | None], Router] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 def _row(conn: psycopg.Connection[Any], sql: str, args: tuple[Any, ...] = ()
          ) -> tuple[Any, ...]:
     """The one row a query of loom's own returns."""
@@ -93,6 +99,21 @@ class Router:
         if url is None:
             return None
         return cls(url, config.read_urls, config.store_password)
+
+    @classmethod
+    def shared(cls, config: Config) -> Router | None:
+        """from_config's router, one per process for the same servers: a server's
+        requests share what it learnt (which replica is down) and its kept connections.
+        A config that names other servers gets another router."""
+        url = config.store_url
+        if url is None:
+            return None
+        key = (url, tuple(config.read_urls), config.store_password)
+        with _SHARED_LOCK:
+            router = _SHARED.get(key)
+            if router is None:
+                router = _SHARED[key] = cls(url, config.read_urls, config.store_password)
+        return router
 
     # -- connecting -----------------------------------------------------------------------
 
