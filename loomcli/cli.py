@@ -261,7 +261,11 @@ def status(
         return
     _out(f"config: {st.config}{'' if st.config_exists else ' (none; defaults in use)'}")
     index_size = console.size(data["index_bytes"]) if st.index_exists else "none yet"
-    _out(f"index:  {st.index} ({index_size})")
+    _out(f"index:  {st.store} ({index_size})")
+    for r in st.replicas:
+        _out(f"replica: {r['url']}: " + (f"down ({r['error']})" if not r["up"] else
+                                          "up, not a standby" if not r["in_recovery"] else
+                                          f"lag {_lag(r)}"))
     for r in data["roots"]:
         _out(f"root:   {r['name']} = {r['path']}")
     _out(f"files:  {data['files']} ({console.count(data['notes'], 'note')}, "
@@ -293,6 +297,14 @@ def status(
         _out(f"last scan: {when}: {counts(last['report'] or {})}")
     elif not data["roots"]:
         _out("no index yet: run `loom scan DIR`")
+
+
+def _lag(replica: dict[str, Any]) -> str:
+    """A replica's lag as people read it: `0 s`, `2.4 s (1.2 MB of WAL to replay)`."""
+    seconds = "unknown" if replica["lag_s"] is None else f"{replica['lag_s']:g} s"
+    if replica["lag_bytes"]:
+        return f"{seconds} ({console.size(replica['lag_bytes'])} of WAL to replay)"
+    return seconds
 
 
 @app.command()

@@ -56,9 +56,15 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "http.allowed_hosts": (list, []),
     "http.allowed_origins": (list, []),
     "http.request_timeout_s": ((int, float), 60),
+    "store.url": (str, None),  # postgresql://host/db: the index in PostgreSQL; None: SQLite
+    "store.read_urls": (list, []),  # replicas that serve reads, tried in order
+    "store.password_env": (str, None),  # the NAME of an env var holding the password
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
 URL_KEYS = frozenset({"llm.endpoint", "embeddings.endpoint"})  # http(s) URLs, checked
+STORE_URL_KEYS = frozenset({"store.url", "store.read_urls"})  # postgresql:// URLs, checked
+STORE_URL_ENV = "LOOM_DATABASE_URL"  # the store's URL, over [store] url
+STORE_SCHEMES = ("postgresql", "postgres")
 # Booleans as git takes them (`git config --type=bool`): for `config set` and the file.
 BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
             "false": False, "no": False, "off": False, "0": False}
@@ -132,6 +138,43 @@ class Config:
             check_url(self.path, key, value)
         return value
 
+    @property
+    def store_url(self) -> str | None:
+        """The PostgreSQL database the index lives in: $LOOM_DATABASE_URL, else `[store]
+        url`; None: the embedded SQLite file. Checked when read, like an endpoint. A
+        password may come in the variable (it is not written anywhere), never in the file."""
+        from_env = os.environ.get(STORE_URL_ENV)
+        if from_env:
+            check_store_url(Path(f"${STORE_URL_ENV}"), "url", from_env, password_ok=True)
+            return from_env
+        value = self.get("store.url")
+        if value is not None:
+            check_store_url(self.path, "store.url", value)
+        return value
+
+    @property
+    def read_urls(self) -> list[str]:
+        """Replicas for reads, in the order they are tried (`[store] read_urls`)."""
+        urls: list[str] = self.get("store.read_urls")
+        for url in urls:
+            check_store_url(self.path, "store.read_urls", url)
+        return urls
+
+    @property
+    def store_password(self) -> str | None:
+        """The password `[store] password_env` names, or None: libpq then looks in
+        $PGPASSWORD and ~/.pgpass itself. A named variable that is unset is an error
+        here, not a puzzling authentication failure later."""
+        name = self.get("store.password_env")
+        if name is None:
+            return None
+        value = os.environ.get(name)
+        if not value:
+            raise ConfigError(f"[store] password_env names ${name}, which is not set",
+                              f"export {name}=..., or `loom config unset store.password_env` "
+                              "to use $PGPASSWORD or ~/.pgpass")
+        return value
+
     def origin(self, key: str) -> str:
         """Where a key's value comes from: "file" or "default"."""
         return "file" if _lookup(self.raw, key) is not None else "default"
@@ -181,6 +224,9 @@ class Config:
         _check(self.path, key, value)
         if key in URL_KEYS:
             check_url(self.path, key, value)
+        if key in STORE_URL_KEYS:
+            for url in value if isinstance(value, list) else [value]:
+                check_store_url(self.path, key, url)
         if len(parts) == 2 and parts[0] in TOP_KEYS:
             raise ConfigError(f"{self.path}: {parts[0]!r} is not a table")
         doc = self._document()
@@ -304,6 +350,45 @@ def check_url(path: Path, key: str, value: Any) -> None:
                           f"{str(value)[:200]!r}",
                           f"set it like `loom config set {key} http://127.0.0.1:11434`, or "
                           f"`loom config unset {key}` for the provider's default")
+
+
+def check_store_url(path: Path, key: str, value: Any, *, password_ok: bool = False) -> None:
+    """A store URL must be a `postgresql://` URL (libpq's form, `sslmode` and other
+    parameters passed through as written) and, unless it comes from the environment,
+    hold no password: config.toml is not a place for secrets."""
+    from urllib.parse import parse_qs, urlsplit
+
+    text = value if isinstance(value, str) else ""
+    why = None
+    try:
+        parts = urlsplit(text)
+        password = parts.password
+        query = parse_qs(parts.query)
+    except ValueError as exc:
+        parts, password, query, why = None, None, {}, str(exc)
+    if why is None and (parts is None or parts.scheme.lower() not in STORE_SCHEMES):
+        why = "it must start with postgresql://"
+    elif why is None and any(c.isspace() for c in text):
+        why = "it holds spaces"
+    if why is not None:
+        raise ConfigError(f"{path}: key {key!r} is not a PostgreSQL URL ({why}): "
+                          f"{_without_password(str(value))[:200]!r}",
+                          f"set it like `loom config set {key} postgresql://HOST/DB`, or "
+                          f"`loom config unset {key}`")
+    if not password_ok and (password is not None or "password" in query):
+        raise ConfigError(f"{path}: key {key!r} holds a password, which loom never keeps "
+                          "in its config",
+                          "drop it from the URL and export PGPASSWORD, put it in "
+                          "~/.pgpass, or set [store] password_env to the NAME of a variable "
+                          "holding it")
+
+
+def _without_password(url: str) -> str:
+    """A URL as it may be shown: its password (if any) replaced by `***`."""
+    import re
+
+    url = re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+    return re.sub(r"(?i)(password=)[^&]*", r"\1***", url)
 
 
 def _check_shape(path: Path, raw: Mapping[str, Any]) -> list[str]:

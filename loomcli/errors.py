@@ -91,3 +91,8 @@ class IndexStateError(LoomError):
 
 class BusyError(LoomError):
     """Another scan holds the index's write lock."""
+
+
+class StoreDownError(LoomError):
+    """A PostgreSQL server of the store does not answer (the primary for a write, every
+    server for a read)."""

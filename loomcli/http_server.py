@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hmac
 import ipaddress
 import json
@@ -44,6 +45,7 @@ from loomcli.errors import (
     ProviderError,
     QueryError,
     RootError,
+    StoreDownError,
 )
 from loomcli.limits import EXCERPT_CHARS, GREP_CASE
 from loomcli.operations import Corpus, terms
@@ -71,7 +73,8 @@ SCAN_PROGRESS_EVERY_S = 0.1  # a streamed scan's progress lines, at most this of
 PROCESSES_MAX = 4
 STATUS = [(QueryError, 400), (IndexMissingError, 404), (BusyError, 409),
           (IgnorePatternError, 422), (RootError, 422), (ProviderError, 502),
-          (ConfigError, 500), (IndexStateError, 500)]
+          (ConfigError, 500), (IndexStateError, 500), (StoreDownError, 503)]
+TEAM_TOKENS_ENV = "LOOM_HTTP_TOKENS"  # JSON {token: corpus of --corpus-root}
 # A path starts at a slash (or a drive) that no word, dot, colon or slash precedes: a URL's
 # `//host/path` and the segments after it are left whole ("at http://h:9/v1/chat").
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:\\)[^\s'\"]*[/\\]([^\s'\"/\\]+)")
@@ -108,11 +111,68 @@ def _split_host(value: str) -> tuple[str, int | None]:
         return "", None
 
 
-class Settings:
-    """Who may talk to the server: read once, at start."""
+class Team:
+    """A token of LOOM_HTTP_TOKENS: the one corpus it reaches, and `owner`, which keeps
+    its conversations apart from those of any other token of the same corpus (a digest:
+    the token itself is never written to disk)."""
 
-    def __init__(self, config: Config, host: str, port: int) -> None:
+    __slots__ = ("corpus", "owner")
+
+    def __init__(self, corpus: str, token: str) -> None:
+        import hashlib
+
+        self.corpus = corpus
+        self.owner = hashlib.sha256(token.encode("utf-8")).hexdigest()[:16]
+
+
+# The team of the request being served (None: the server's own token, or no token). Set by
+# Guard around each request; the tasks and threads a request starts (its work, its MCP
+# session) inherit it, so every corpus a request opens is the one its token reaches.
+_TEAM: contextvars.ContextVar[Team | None] = contextvars.ContextVar("loom_team", default=None)
+
+
+def team_tokens(value: str | None, corpus_root: Path | None) -> dict[str, Team]:
+    """$LOOM_HTTP_TOKENS, checked at start: a JSON object of token → the name of a corpus
+    of --corpus-root that exists."""
+    if not value:
+        return {}
+    from loomcli.operations import CORPUS_NAME
+
+    hint = f'set it like {TEAM_TOKENS_ENV}=\'{{"TOKEN": "CORPUS"}}\' (a corpus of --corpus-root)'
+    try:
+        data = json.loads(value)
+    except ValueError:
+        raise ConfigError(f"${TEAM_TOKENS_ENV} is not valid JSON", hint) from None
+    if not isinstance(data, dict) or not data or not all(
+            isinstance(k, str) and k.strip() and isinstance(v, str) for k, v in data.items()):
+        raise ConfigError(f"${TEAM_TOKENS_ENV} must be a JSON object of token → corpus name",
+                          hint)
+    if not all(33 <= ord(c) < 127 for token in data for c in token):
+        raise ConfigError(f"a token of ${TEAM_TOKENS_ENV} holds a space or a character an "
+                          "Authorization header cannot carry",
+                          "use letters, digits and -._~+/ (e.g. `openssl rand -hex 32`)")
+    if corpus_root is None:
+        raise ConfigError(f"${TEAM_TOKENS_ENV} gives each token a corpus of --corpus-root",
+                          "start with --corpus-root DIR (one DIR/<name>/notes per corpus)")
+    for name in sorted(set(data.values())):
+        if not CORPUS_NAME.fullmatch(name):
+            raise ConfigError(f"${TEAM_TOKENS_ENV} names an invalid corpus {name[:64]!r}",
+                              "names are 1-64 letters, digits, '_' or '-'")
+        if not (corpus_root / name / "notes").is_dir():
+            raise RootError(f"${TEAM_TOKENS_ENV} names corpus {name!r}, which has no "
+                            f"folder {corpus_root / name / 'notes'}", "create it, or drop "
+                            "that token")
+    return {token: Team(name, token) for token, name in data.items()}
+
+
+class Settings:
+    """Who may talk to the server: read once, at start. `teams`: the tokens of
+    LOOM_HTTP_TOKENS, each limited to its corpus."""
+
+    def __init__(self, config: Config, host: str, port: int,
+                 teams: dict[str, Team] | None = None) -> None:
         self.token = os.environ.get(config.get("http.token_env")) or None
+        self.teams = teams or {}
         self.bound_host, self.port = host, port
         self.allowed_hosts = {h.lower() for h in config.get("http.allowed_hosts")}
         self.allowed_origins = {o.rstrip("/").lower() for o in config.get("http.allowed_origins")}
@@ -138,11 +198,20 @@ class Settings:
         parts = urlsplit(value)
         return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
 
-    def authorized(self, header: str | None) -> bool:
-        if not self.token:
-            return True
-        expected = f"Bearer {self.token}".encode()
-        return hmac.compare_digest((header or "").encode(), expected)
+    def caller(self, header: str | None) -> tuple[bool, Team | None]:
+        """Whether the Authorization header may pass, and the team its token is (None:
+        the server's own token, which reaches every corpus, or no token needed). Every
+        token is compared, in constant time, whichever matches."""
+        if not self.token and not self.teams:
+            return True, None
+        given = (header or "").encode()
+        allowed = bool(self.token) and hmac.compare_digest(
+            given, f"Bearer {self.token}".encode())
+        team = None
+        for token, member in self.teams.items():
+            if hmac.compare_digest(given, f"Bearer {token}".encode()):
+                team = member
+        return allowed or team is not None, None if allowed else team
 
 
 def _json_bytes(payload: Any) -> bytes:
@@ -173,15 +242,20 @@ class Guard:
 
         headers = Headers(scope=scope)
         try:
-            self.check(scope, headers)
+            team = self.check(scope, headers)
         except HttpError as exc:
             if exc.status != 413:
                 await _drain(receive)  # keep the connection usable for the next request
             await _send_json(send, exc.status, {"error": str(exc)}, exc.headers)
             return
-        await self.app(scope, receive, _json_errors(send))
+        reset = _TEAM.set(team)
+        try:
+            await self.app(scope, receive, _json_errors(send))
+        finally:
+            _TEAM.reset(reset)
 
-    def check(self, scope: dict[str, Any], headers: Any) -> None:
+    def check(self, scope: dict[str, Any], headers: Any) -> Team | None:
+        """Refuse what must not pass; returns the caller's team (LOOM_HTTP_TOKENS)."""
         s = self.settings
         if not s.host_ok(headers.get("host")):
             raise HttpError(403, "this Host is not served here (loopback names only, or "
@@ -189,7 +263,8 @@ class Guard:
         if len(headers.getlist("origin")) > 1 or not s.origin_ok(headers.get("origin")):
             raise HttpError(403, "requests from web pages of other origins are refused "
                                  "(list trusted ones in [http] allowed_origins)")
-        if not s.authorized(headers.get("authorization")) and not webpage.is_public(
+        allowed, team = s.caller(headers.get("authorization"))
+        if not allowed and not webpage.is_public(
                 scope["method"], scope["path"], headers.get("accept")):
             raise HttpError(401, "missing or wrong bearer token",
                             {"WWW-Authenticate": 'Bearer realm="loom"'})
@@ -204,6 +279,7 @@ class Guard:
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 raise HttpError(415, "POST bodies must be application/json")
+        return team
 
 
 def _json_errors(send: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
@@ -331,6 +407,13 @@ class Api:
         self.asking = 0  # asks admitted and not finished (counted on the event loop only)
 
     def corpus(self, name: Any) -> Corpus:
+        team = _TEAM.get()
+        if team is not None:  # a token of LOOM_HTTP_TOKENS: its corpus and nothing else
+            if name not in (None, "", team.corpus):
+                raise HttpError(403, "this token reaches one corpus; drop \"corpus\"")
+            assert self.corpus_root is not None  # team_tokens() required it
+            return Corpus.named(self.corpus_root, team.corpus, self.load_config(),
+                                keep_open=True, owner=team.owner)
         if self.corpus_root is None:
             if name not in (None, ""):
                 raise HttpError(400, "this server has one corpus; drop \"corpus\" "
@@ -565,6 +648,21 @@ class _Spanned:
         return out
 
 
+class _TeamOnly:
+    """MCP over HTTP beside --corpus-root: for a token of LOOM_HTTP_TOKENS (its corpus)
+    only; any other caller gets a 404 that says how to reach a corpus by MCP."""
+
+    def __init__(self, app: Any, message: str) -> None:
+        self.app, self.message = app, message
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if _TEAM.get() is None:
+            await _drain(receive)
+            await _send_json(send, 404, {"error": self.message})
+            return
+        await self.app(scope, receive, send)
+
+
 class _Then:
     """An ASGI response that calls `after` once it is sent, or abandoned."""
 
@@ -591,22 +689,30 @@ def build_app(load_config: Callable[[], Config], settings: Settings,
     # in the API, which the page's route hands JSON requests to). webpage.py says how.
     routes = api.routes() + webpage.routes({"/status": api.status})
     lifespan = None
-    if corpus_root is None:
+    no_mcp_message = ("MCP over HTTP serves one corpus: use a token of LOOM_HTTP_TOKENS, or "
+                      "start another `loom serve` for it without --corpus-root")
+    if corpus_root is None or settings.teams:
         from mcp.server.transport_security import TransportSecuritySettings
 
         from loomcli import mcp_server
 
-        tools = mcp_server.build_server(lambda: Corpus(load_config(), keep_open=True))
+        def mcp_corpus() -> Corpus:
+            if corpus_root is not None and _TEAM.get() is None:  # never any other corpus
+                raise LoomError(no_mcp_message)
+            return api.corpus(None)
+
+        tools = mcp_server.build_server(mcp_corpus)
         mcp_app = tools.streamable_http_app(
             streamable_http_path="/mcp", stateless_http=True, max_request_body_size=MAX_BODY,
             # Guard already checks Host, Origin and the token, more strictly.
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-        routes += mcp_app.router.routes
+        routes += (mcp_app.router.routes if corpus_root is None else
+                   [Route(r.path, _TeamOnly(r.app, no_mcp_message)) for r in
+                    mcp_app.router.routes])
         lifespan = mcp_app.router.lifespan_context
     else:
         async def no_mcp(request: Request) -> JSONResponse:
-            return JSONResponse({"error": "MCP over HTTP serves one corpus: start another "
-                                 "`loom serve` for it without --corpus-root"}, 404)
+            return JSONResponse({"error": no_mcp_message}, 404)
         routes.append(Route("/mcp", no_mcp, methods=["GET", "POST", "DELETE"]))
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -790,7 +896,8 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
     load_config = reloading(load_config)
     config = load_config()  # fails here, at start, when the config is broken
     token_env = config.get("http.token_env")
-    if not is_loopback(host) and not os.environ.get(token_env):
+    teams = team_tokens(os.environ.get(TEAM_TOKENS_ENV), corpus_root)
+    if not is_loopback(host) and not os.environ.get(token_env) and not teams:
         raise ConfigError(
             f"refusing to serve on {host} without a token: anyone on the network could "
             "read your notes",
@@ -809,7 +916,7 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
     if spread:
         sock.close()
         sock = bind(host, bound_port, reuse_port=True)
-    settings = Settings(config, host, bound_port)
+    settings = Settings(config, host, bound_port, teams)
     app = build_app(load_config, settings, corpus_root)
     server = uvicorn.Server(uvicorn.Config(
         app, http=_protocol(), lifespan="on", log_level="warning", access_log=False,
@@ -824,7 +931,7 @@ def serve(load_config: Callable[[], Config], host: str, port: int,
         asyncio.run(_serve_child(server, sock))
         os._exit(0)
     sys.stderr.write(f"loom serve: listening on http://{shown}:{bound_port}"
-                     f"{' (token required)' if settings.token else ''}"
+                     f"{' (token required)' if settings.token or teams else ''}"
                      f"{f' ({processes} processes)' if processes > 1 else ''}\n")
     sys.stderr.flush()
     if open_page:

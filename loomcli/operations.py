@@ -276,10 +276,18 @@ class Status:
         self.counts: dict[str, Any] = counts if counts is not None else {}
         self.engines: dict[str, str] = engines if engines is not None else {}
         self.index_exists = False  # no scan has made it yet
+        self.backend = "sqlite"  # or "postgresql" ([store] url)
+        self.replicas: list[dict[str, Any]] = []  # [store] read_urls, each with its lag
+
+    @property
+    def store(self) -> str:
+        """The backend and where the index is: `sqlite: PATH`, `postgresql: host/db`."""
+        return f"{self.backend}: {self.index}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "index": self.index, **self.counts,
-                "engines": self.engines, "index_exists": self.index_exists}
+                "engines": self.engines, "index_exists": self.index_exists,
+                "backend": self.backend, "store": self.store, "replicas": self.replicas}
 
 
 class Setting(Record):
@@ -474,12 +482,15 @@ class Corpus:
     """One index with its config: the default one, or DIR/<name>/ of `serve --corpus-root`.
     `roots`: scan these instead of the config's notes_dirs. `keep_open`: servers (HTTP,
     MCP) keep one read connection per thread and index instead of opening the index for
-    every request (measured: a fifth of a search's time)."""
+    every request (measured: a fifth of a search's time). `owner`: whose conversations
+    (a token of `serve`'s LOOM_HTTP_TOKENS): kept apart from the corpus's other ones."""
 
     def __init__(self, config: Config, roots: list[Path] | None = None,
-                 db_path: Path | None = None, keep_open: bool = False) -> None:
+                 db_path: Path | None = None, keep_open: bool = False,
+                 owner: str | None = None) -> None:
         self.config, self.roots, self.db_path, self.keep_open = (config, roots, db_path,
                                                                  keep_open)
+        self.owner = owner
 
     @classmethod
     def default(cls, config_override: str | None = None) -> Corpus:
@@ -488,8 +499,8 @@ class Corpus:
         return cls(config_mod.load(config_override))
 
     @classmethod
-    def named(cls, corpus_root: Path, name: Any, base: Config, *, keep_open: bool = False
-              ) -> Corpus:
+    def named(cls, corpus_root: Path, name: Any, base: Config, *, keep_open: bool = False,
+              owner: str | None = None) -> Corpus:
         if not isinstance(name, str) or not CORPUS_NAME.fullmatch(name):
             raise QueryError(f"invalid corpus name {_show(name)}",
                              "names are 1-64 letters, digits, '_' or '-'")
@@ -498,7 +509,7 @@ class Corpus:
             raise IndexMissingError(f"no corpus named {name!r}",
                                     f"create <corpus-root>/{name}/notes and scan it")
         return cls(base, roots=[folder / "notes"], db_path=folder / "index.db",
-                   keep_open=keep_open)
+                   keep_open=keep_open, owner=owner)
 
     @property
     def index_path(self) -> Path:
@@ -871,6 +882,17 @@ class Corpus:
                      engines={"pdf": pdf.engine(),
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
+        url = self.config.store_url if self.db_path is None else None
+        if url is not None:  # PostgreSQL: where (never a password), and each replica's lag
+            from loomcli.store.pg_connect import Router, place
+
+            out.backend, out.index = "postgresql", place(url)
+            router = Router.from_config(self.config)
+            if router is not None:
+                try:
+                    out.replicas = router.replica_status()
+                finally:
+                    router.close()
         if self.index_path.exists():
             out.index_exists = True
             with self.store() as store:
@@ -1052,11 +1074,14 @@ class Corpus:
     @property
     def conversations_path(self) -> Path:
         """Where this corpus keeps its conversations: beside its index for a corpus of
-        `serve --corpus-root` (one corpus cannot read or continue another's), else under
-        the home."""
+        `serve --corpus-root` (one corpus cannot read or continue another's; a team
+        token's in a file of its own), else under the home."""
         from loomcli.conversations import FILE_NAME, default_path
 
-        return self.db_path.parent / FILE_NAME if self.db_path else default_path()
+        if self.db_path is None:
+            return default_path()
+        name = FILE_NAME if self.owner is None else f"conversations-{self.owner}.db"
+        return self.db_path.parent / name
 
     def agent_on(self, agent: Any = None) -> bool:
         """--agent / --no-agent / the `agent` field, else `[ask] agent`."""
