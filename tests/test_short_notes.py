@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from loomcli import retrieve
+from loomcli.semantic import Passage
 from tests.conftest import scanned_with_meaning, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -96,3 +98,23 @@ def test_a_note_merely_close_does_not_pass_the_manual(home, monkeypatch):
     query = "my coffee machine is leaking, what fixed it last time"
     assert paths(query, "semantic")[:2] == ["manuals/espresso-maker.md", "notes/caffe.md"]
     assert paths(query, "hybrid")[0] == "manuals/espresso-maker.md"
+
+
+def _pool(*passages: tuple[int, float]) -> list[Passage]:
+    return [Passage(fid, score, 0, 1) for fid, score in passages]
+
+
+def test_files_by_meaning_counts_a_short_file_again_only_near_the_best():
+    """The rule itself. Manual 1: passages at 0.40, 0.30, 0.20 (0.652 by the plain sum).
+    Note 4, two passages at 0.39 and 0.38: its last within 0.03 of 0.40, so counted once
+    more (0.755). Note 2, one passage at 0.38: counted twice more (0.745). Note 3, one at
+    0.35: more than 0.03 below, left as it is (counted again, 0.686, it passed the
+    manual)."""
+    counts = {1: 40, 2: 1, 3: 1, 4: 2}
+    pool = _pool((1, 0.40), (4, 0.39), (2, 0.38), (4, 0.38), (3, 0.35), (1, 0.30), (1, 0.20))
+    assert retrieve._files_by_meaning(pool, None) == [1, 4, 2, 3]  # the plain sums
+    assert retrieve._files_by_meaning(pool, counts) == [4, 2, 1, 3]
+    assert retrieve._files_by_meaning(pool, counts, margin=0.0) == [1, 4, 2, 3]
+    # Note 4's second passage outside the pool: it is not counted again.
+    assert retrieve._files_by_meaning([c for c in pool if (c.file_id, c.score) != (4, 0.38)],
+                                      counts) == [2, 1, 4, 3]
