@@ -4,11 +4,13 @@ recipes tried for item 1. Over the index LOOM_HOME (or LOOM_CONFIG) names, with 
 
     LOOM_HOME=/work/evalidx/use python tests/bench/bench_fusion.py \
         tests/bench/eval/personal.toml tests/bench/eval/everyday.toml \
-        tests/bench/eval/questions.toml [--variants] [--ranks ranks.json]
+        tests/bench/eval/questions.toml [--variants] [--ranks ranks.json] [--half tune]
 
-Prints recall@5 / MRR@10 per set and language for each recipe, then how many questions
-have their target in the first 3 of both BM25 and the vectors but below 3rd in hybrid;
-`--ranks` writes every question's rank in each list.
+Prints recall@1 / recall@5 / recall@10 / MRR@10 per set and language for each recipe, then
+how many questions have their target in the first 3 of both BM25 and the vectors but below
+3rd in hybrid; `--ranks` writes every question's rank in each list. `--half tune` takes
+the even-numbered questions of each set (first, third, …: the half recipes were chosen on),
+`--half held` the others (held out), both by default.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench_retrieval import Cached  # run as a script: tests/bench is on sys.path
 
-VARIANTS: dict[str, tuple[dict[str, float], dict[str, object]]] = {
+VARIANTS: dict[str, tuple[dict[str, float], dict[str, Any]]] = {
     # name: (module constants of retrieve, Weights fields)
     "file by best passage": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {}),
     "file vectors 1.0": ({}, {"file_vector": 1.0}),
@@ -32,9 +35,32 @@ VARIANTS: dict[str, tuple[dict[str, float], dict[str, object]]] = {
     "best passage, fb 1": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_bm25": 1.0}),
     "next passages 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {}),
     "best passage, 1.5": ({"NEXT_PASSAGE_WEIGHT": 0.0}, {"file_vector": 1.5}),
-    "short files filled": ({}, {"extra": {"fill_short": True}}),
-    "filled, next 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {"extra": {"fill_short": True}}),
+    "short files filled": ({}, {"short_margin": 1.0}),  # whenever whole in the pool
+    "filled, next 0.3": ({"NEXT_PASSAGE_WEIGHT": 0.3}, {"short_margin": 1.0}),
+    "short margin 0": ({}, {"short_margin": 0.0}),
+    "short margin 0.05": ({}, {"short_margin": 0.05}),
+    "no short files filled": ({}, {"short_margin": None}),  # as before issue 31
 }
+
+
+class CachedIndex:
+    """The vector index's closest passages, kept per query vector (recipes ask the same)."""
+
+    def __init__(self, index) -> None:
+        self._index = index
+        self._top: dict[tuple[bytes, int, object], list] = {}
+
+    def top(self, vector, limit: int, among=None) -> list:
+        key = (vector.tobytes(), limit, tuple(among) if among is not None else None)
+        if key not in self._top:
+            self._top[key] = self._index.top(vector, limit, among)
+        return self._top[key]
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getattr__(self, name):
+        return getattr(self._index, name)
 
 
 def main() -> None:
@@ -43,6 +69,7 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--ranks", type=Path)
     ap.add_argument("--only", action="append", help="a variant to try (repeatable)")
+    ap.add_argument("--half", choices=("tune", "held", "all"), default="all")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as in a loom process
 
@@ -56,10 +83,14 @@ def main() -> None:
     paths = dict(raw.paths())
     embedder = corpus._embedder()
     dims = raw.vector_dims(embedder.identity)
-    index = semantic.vector_index(raw, embedder.identity, max(dims, key=lambda d: dims[d]))
+    index = CachedIndex(semantic.vector_index(raw, embedder.identity,
+                                              max(dims, key=lambda d: dims[d])))
     sets = {p.stem: tomllib.loads(p.read_text())["q"] for p in args.sets}
+    if args.half != "all":
+        sets = {k: qs[args.half == "held"::2] for k, qs in sets.items()}
     vectors = {q["q"]: embedder.embed([q["q"]])[0] for qs in sets.values() for q in qs}
-    print(f"{len(index):,} passages, {len(paths):,} files")
+    print(f"{len(index):,} passages, {len(paths):,} files; questions: {args.half}; "
+          "columns: recall@1/@5/@10/MRR@10")
 
     def named(ranked) -> list[str]:
         return [paths.get(r.file_id, "?") for r in ranked]
@@ -96,9 +127,10 @@ def main() -> None:
                 ranks.setdefault(q["q"], {})[name] = rank
                 by_lang.setdefault(q.get("lang", ""), []).append(rank)
             for lang, rs in sorted(by_lang.items()):
-                r5 = sum(1 for r in rs if r and r <= 5) / len(rs)
+                at = [sum(1 for r in rs if r and r <= k) / len(rs) for k in (1, 5, 10)]
                 mrr = sum(1 / r for r in rs if r) / len(rs)
-                line += f"  {set_name}-{lang}({len(rs)}) {r5:.2f}/{mrr:.2f}"
+                line += (f"  {set_name}-{lang}({len(rs)}) "
+                         + "/".join(f"{x:.2f}" for x in (*at, mrr)))
         print(line, flush=True)
     worse = [(q, r) for q, r in ranks.items() if (r["bm25"] or 99) <= 3
              and (r["semantic"] or 99) <= 3 and (r["hybrid"] or 99) > 3]
