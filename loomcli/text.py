@@ -233,15 +233,16 @@ def query_words(query: str) -> list[str]:
 
 class Query(Record):
     """A parsed query, what a store ranks by (each backend builds its own syntax from
-    it): `words`, each a word or a phrase (its words joined by one space), at most
-    QUERY_TERMS_MAX; `operator` AND (every word) or OR (any); `prefix`: the last word
-    matches the words it starts (it ends the text as typed, has PREFIX_MIN_CHARS or
-    more and ends in a letter or digit; never a CJK or Thai run); `exact`: an acronym
-    (acronym()) matches only itself as written, unless the whole query is in capitals."""
+    it; hashable, so it can key a cache): `words`, each a word or a phrase (its words
+    joined by one space), at most QUERY_TERMS_MAX; `operator` AND (every word) or OR
+    (any); `prefix`: the last word matches the words it starts (it ends the text as
+    typed, has PREFIX_MIN_CHARS or more and ends in a letter or digit; never a CJK or
+    Thai run); `exact`: an acronym (acronym()) matches only itself as written, unless
+    the whole query is in capitals."""
 
     __slots__ = ("words", "operator", "prefix", "exact")
 
-    def __init__(self, words: list[str], operator: str = "AND", prefix: bool = False,
+    def __init__(self, words: tuple[str, ...], operator: str = "AND", prefix: bool = False,
                  exact: bool = True) -> None:
         self.words = words
         self.operator = operator
@@ -253,12 +254,12 @@ def parse(query: str, operator: str = "AND", prefix: bool = False) -> Query:
     """A query as typed, parsed (see Query); `prefix`: the last word is being typed."""
     if operator not in ("AND", "OR"):
         raise ValueError(f"operator {operator!r}: AND or OR")
-    words = query_words(query)
+    words = tuple(query_words(query))
     last = words[-1] if words else ""
     typing = (prefix and bool(last) and not scripts.has_runs(last)
               and query.rstrip() == query and query.endswith(last)
               and len(last) >= PREFIX_MIN_CHARS and last[-1].isalnum())
-    return Query(words, operator, typing, not shouted(words))
+    return Query(words, operator, typing, not shouted(list(words)))
 
 
 def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str:
