@@ -45,12 +45,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.extract import Extracted
 from loomcli.store.rows import FileInfo, FileRow, Root
 from loomcli.text import Query
-from loomcli.trigrams import Need
+
+if TYPE_CHECKING:
+    from loomcli.trigrams import Need  # a type alias, for the type checker only
 
 
 class BuilderTurns(Protocol):
