@@ -946,14 +946,9 @@ class Corpus:
         except IndexStateError:
             raise RootError("the index is too damaged to tell which folders it held",
                             "name them: loom scan --rebuild DIR...") from None
-        from loomcli.locks import write_lock
+        from loomcli.store import set_aside
 
-        path = self.index_path
-        with write_lock(path):  # a writer of the old index (grep's builder) is done first
-            if path.exists():
-                path.replace(path.with_name(path.name + ".damaged"))
-            for suffix in ("-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        set_aside(self.index_path)
         return roots
 
     def forget(self, folder: str) -> int:

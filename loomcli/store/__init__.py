@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loomcli.store import sqlite
 from loomcli.store.rows import FileInfo, FileRow, Hit, Root
 from loomcli.store.sqlite import Store, explain, quote_fts
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from loomcli.store.seam import IndexStore
 
 __all__ = ["FileInfo", "FileRow", "Hit", "Root", "Store", "explain", "open_store",
-           "quote_fts"]
+           "quote_fts", "set_aside"]
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
@@ -32,3 +33,14 @@ def open_store(location: str | Path, *, create: bool = False) -> IndexStore:
         backend: Any = import_module("loomcli.store.postgres")  # its driver: only then
         return backend.Store.open(location, create=create)
     return Store.open(Path(location), create=create)
+
+
+def set_aside(location: str | Path) -> None:
+    """For `scan --rebuild`: move the index aside (kept, not deleted) so the scan starts a
+    new one; a writer of the old index (grep's builder) is done first."""
+    if isinstance(location, str) and location.startswith(SERVER_SCHEMES):
+        from importlib import import_module
+
+        import_module("loomcli.store.postgres").set_aside(location)
+        return
+    sqlite.set_aside(Path(location))

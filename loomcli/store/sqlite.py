@@ -1,4 +1,7 @@
-"""The only module that speaks SQL: schema, upserts and FTS5 BM25 queries.
+"""The SQLite store: the seam's first implementation (store/seam.py), one file, the
+embedded default. Data access only: schema, upserts and FTS5 BM25 queries, built from a
+parsed query (text.Query); the text rules are text.py's, a search's composition
+retrieve.py's and hits.py's.
 
 One SQLite file in WAL mode, so searches run while a scan writes. The extracted text is
 stored once (`docs`); the FTS5 table indexes it as external content through a view, so
@@ -17,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
-from loomcli import scripts
+from loomcli import locks, scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
 from loomcli.migrations import (
@@ -36,7 +39,6 @@ TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
 
-    from loomcli.locks import Turns
     from loomcli.trigrams import Need
 
 AMONG_BY_ROWID = 20  # a search among at most this many files asks FTS5 for each (_among)
@@ -221,6 +223,16 @@ def _check_current(conn: sqlite3.Connection, path: Path) -> None:
             "run `loom scan` once as a user who can write it (it upgrades the index)")
 
 
+def set_aside(path: Path) -> None:
+    """Move the index at `path` to `<index>.damaged` with its side files dropped, under
+    the write lock (a writer of the old index, grep's builder, is done first)."""
+    with locks.write_lock(path):
+        if path.exists():
+            path.replace(path.with_name(path.name + ".damaged"))
+        for suffix in ("-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
@@ -320,23 +332,15 @@ class Store:
 
     def write_lock(self, on_wait: Callable[[str], None] | None = None
                    ) -> AbstractContextManager[None]:
-        from loomcli import locks
-
         return locks.write_lock(self.path, on_wait)
 
     def building(self) -> bool:
-        from loomcli import locks
-
         return locks.building(self.path)
 
     def take_builder_lock(self) -> int | None:
-        from loomcli import locks
-
         return locks.take_builder_lock(self.path) if locks.HAVE_LOCKS else None
 
-    def builder_turns(self) -> Turns:
-        from loomcli import locks
-
+    def builder_turns(self) -> locks.Turns:
         return locks.Turns(self.path)
 
     # -- roots and display paths ---------------------------------------------------------
