@@ -70,6 +70,26 @@ def test_search_folds_diacritics_and_stems(store):
     assert [h.path for h in bm25_hits(store, "dyes", 10)] == ["b.md"]  # porter: dyes ~ dyeing
 
 
+def test_the_store_ranks_a_parsed_query_in_no_query_language(store):
+    """The seam's BM25 takes words, an operator and a prefix flag (text.parse): another
+    backend builds its own query from them; the parse is the same for every backend."""
+    from loomcli.text import Query, parse
+
+    assert parse('madder "dyeing with" MAD', "OR") == Query(
+        ("madder", "dyeing with", "MAD"), "OR", False, True)
+    assert parse("WHICH UPS DID I BUY").exact is False  # capitals throughout: no acronyms
+    assert parse("weav", prefix=True).prefix and not parse("weav ", prefix=True).prefix
+    assert [fid for fid, _ in store.rank(parse("madder woad"), 10)] == [
+        store.resolve("b.md").id]
+    assert {fid for fid, _ in store.rank(parse("madder jacquard", "OR"), 10)} == {
+        store.resolve("a.md").id, store.resolve("b.md").id}
+    assert store.rank(parse("madder jacquard"), 10) == []  # AND means AND: no fallback
+    assert [fid for fid, _ in store.rank(Query(("jacq",), "AND", True), 10)] == [
+        store.resolve("a.md").id]  # a prefix, however the query was made
+    assert store.frequency(parse("weaving"), 10) == 2
+    assert store.rank(parse("?!"), 10) == []
+
+
 def test_and_then_or_fallback(store):
     both = bm25_hits(store, "madder woad", 10)
     assert [h.path for h in both] == ["b.md"]
