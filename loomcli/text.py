@@ -25,7 +25,8 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 # Where an identifier splits into parts: underscores, letter-digit edges, camelCase.
-_SPLIT = re.compile(r"_+|(?<=\D)(?=\d)|(?<=\d)(?=\D)|(?<=[a-z])(?=[A-Z])")
+# Compiled at first use (scripts.Lazy), like IDENTIFIER: grep never needs them.
+_SPLIT = scripts.Lazy(r"_+|(?<=\D)(?=\d)|(?<=\d)(?=\D)|(?<=[a-z])(?=[A-Z])")
 # Function words of a few languages: they say nothing about where an answer is.
 _FUNCTION_WORDS = """
 a about above after again all also am an and any are as at be because been before being
@@ -89,7 +90,7 @@ def language(text: str) -> str | None:
 # Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
 # lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
 IDENTIFIERS_MAX = 8
-IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
+IDENTIFIER = scripts.Lazy(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
 
 
 def identifiers(query: str) -> list[str]:
