@@ -193,7 +193,7 @@ class Terms(Record):
 
 
 def terms(text: Any) -> Terms:
-    from loomcli.excerpt import terms as stems
+    from loomcli.text import terms as stems
 
     return Terms(stems(_text("text", text, required=False))[:TERMS_MAX])
 
