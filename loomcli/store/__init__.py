@@ -39,8 +39,8 @@ def set_aside(location: str | Path) -> None:
     """For `scan --rebuild`: move the index aside (kept, not deleted) so the scan starts a
     new one; a writer of the old index (grep's builder) is done first."""
     if isinstance(location, str) and location.startswith(SERVER_SCHEMES):
-        from importlib import import_module
+        from loomcli.errors import IndexStateError
 
-        import_module("loomcli.store.postgres").set_aside(location)
-        return
+        raise IndexStateError("scan --rebuild works on an SQLite index only",
+                              "for PostgreSQL: drop and create the database, then scan")
     sqlite.set_aside(Path(location))

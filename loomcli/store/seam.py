@@ -37,9 +37,9 @@ What changed from the old `Store` (store.py of 0.x, before this seam):
   `snippet_at`, `plain_snippet`, `utf8_len`, `SNIPPET_START/END` -> `loomcli/text.py`
   (still re-exported by `loomcli.store` for old imports); `quote_fts(query, operator,
   prefix)` stays SQLite's (`store/sqlite.py`), built from `text.parse`.
-- `open_store(location, create=)` and `set_aside(location)` (for `scan --rebuild`) in
-  `store/__init__.py`: each picks the backend from the location (`postgresql://`: the
-  module `store/postgres.py`, which then provides `Store.open` and `set_aside`).
+- `open_store(location, create=)` in `store/__init__.py` picks the backend from the
+  location (`postgresql://`: `store/postgres.py`'s `Store.open`); `set_aside(location)`
+  beside it moves an SQLite index aside for `scan --rebuild` (a database: refused).
 Every other method keeps its name and signature.
 """
 
