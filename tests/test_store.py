@@ -264,3 +264,15 @@ def test_a_transaction_of_many_files_writes_one_segment_per_index(tmp_path):
                    Extracted("huge line " * 120_000, "Huge"))
     assert [h.path for h in bm25_hits(s, "huge", 10)] == ["huge.md"]
     s.close()
+
+
+def test_rebuild_sets_an_sqlite_index_aside_and_refuses_a_database(store, tmp_path):
+    from loomcli.errors import IndexStateError
+    from loomcli.store import set_aside
+
+    path = tmp_path / "index.db"
+    store.close()
+    set_aside(path)
+    assert not path.exists() and (tmp_path / "index.db.damaged").exists()
+    with pytest.raises(IndexStateError, match="SQLite index only"):
+        set_aside("postgresql://localhost/loom")
