@@ -237,3 +237,11 @@ def test_each_text_rule_is_written_once():
     wrong += [f"web/app.js:{n}" for n, line in enumerate(page.splitlines(), 1)
               if re.search(r"(slice|substring|substr)\(0,\s*6\)|\{6\}", line)]
     assert not wrong, "a text rule written again:\n" + "\n".join(wrong)
+
+
+def test_the_seam_is_imported_for_the_type_checker_only():
+    """store/seam.py imports typing (a Protocol): a command must not pay for it."""
+    graph = import_graph()
+    wrong = [f"{_short(m)}:{targets['loomcli.store.seam']}" for m, targets in graph.items()
+             if "loomcli.store.seam" in targets]
+    assert not wrong, "store.seam imported at run time:\n" + "\n".join(wrong)
