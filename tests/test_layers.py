@@ -7,6 +7,7 @@ for start-up time) count as much as those at the top; those only for type checki
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,102 @@ def test_the_check_sees_imports_inside_functions_and_not_type_only_ones(tmp_path
 @pytest.mark.parametrize("edge", sorted(EDGES))
 def test_every_edge_named_here_exists(edge):
     assert f"loomcli.{edge}" in _modules()
+
+
+# The store: only its package speaks SQL. migrations.py (the schema, applied by the SQLite
+# store) and conversations.py (ask's own small file) are SQLite's too; everything else
+# reaches the index through the seam (store/seam.py).
+SQLITE_MAY_IMPORT = ("loomcli.store", "loomcli.migrations", "loomcli.conversations")
+# What the store package may import: the modules below it (pure rules and records).
+BELOW_THE_STORE = {"loomcli.records", "loomcli.errors", "loomcli.scripts", "loomcli.text",
+                   "loomcli.trigrams", "loomcli.compat", "loomcli.locks",
+                   "loomcli.migrations", "loomcli.extract", "loomcli.extract.markdown"}
+
+
+def _runtime_imports_of(path: Path, module: str) -> list[int]:
+    """Lines where a file imports `module` (at the top or inside a function)."""
+    def imports(node: ast.AST) -> bool:
+        if isinstance(node, ast.Import):
+            return any(a.name == module for a in node.names)
+        return isinstance(node, ast.ImportFrom) and node.module == module and not node.level
+
+    return [node.lineno for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8")))
+            if imports(node)]
+
+
+def test_only_the_store_imports_sqlite3():
+    wrong = [f"{_short(name)}:{line}" for name, path in _modules().items()
+             if not name.startswith(SQLITE_MAY_IMPORT)
+             for line in _runtime_imports_of(path, "sqlite3")]
+    assert not wrong, "sqlite3 imported outside the store:\n" + "\n".join(wrong)
+
+
+def test_the_store_imports_nothing_above_it():
+    graph = import_graph()
+    reached, todo = set(), [m for m in graph if m.startswith("loomcli.store")]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo += graph[module]
+    above = sorted(m for m in reached
+                   if not m.startswith("loomcli.store") and m not in BELOW_THE_STORE)
+    assert not above, f"the store package reaches {above}"
+
+
+def test_nobody_outside_the_store_touches_its_connection():
+    """Transactions go through the seam (begin/commit/transaction), not `store.conn`."""
+    wrong = []
+    for name, path in _modules().items():
+        if name.startswith("loomcli.store"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "conn":
+                owner = node.value
+                held = owner.attr if isinstance(owner, ast.Attribute) else getattr(
+                    owner, "id", "")
+                if "store" in held.lower():
+                    wrong.append(f"{_short(name)}:{node.lineno}")
+    assert not wrong, "store.conn used outside the store:\n" + "\n".join(wrong)
+
+
+def test_the_sqlite_store_implements_every_method_of_the_seam():
+    """What store/postgres.py implements too: every method of IndexStore, with the same
+    parameters (mypy checks the types where open_store returns the SQLite store)."""
+    import inspect
+
+    from loomcli.store.seam import IndexStore
+    from loomcli.store.sqlite import Store
+
+    names = [n for n, v in vars(IndexStore).items()
+             if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+    assert {"rank", "candidates", "transaction", "write_lock", "location"} <= set(names)
+    for name in names:
+        ours, theirs = getattr(Store, name, None), getattr(IndexStore, name)
+        assert ours is not None, f"SQLite's store lacks {name}"
+        if callable(theirs):
+            assert (list(inspect.signature(ours).parameters)
+                    == list(inspect.signature(theirs).parameters)), name
+
+
+def test_each_text_rule_is_written_once():
+    """The word pattern and the 6-letter stem live in text.py only; the page asks the
+    API for a query's stems (POST /terms) instead of keeping its own copy."""
+    word = re.compile(r"""re\.compile\(r["']\\w\+["']""")
+    stem = re.compile(r"\[:\s*(6|STEM\w*)\]|STEM\w*\s*=\s*6")
+    wrong = [f"{_short(name)}:{n}" for name, path in _modules().items()
+             if name != "loomcli.text"
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if word.search(line) or stem.search(line)]
+    page = (PACKAGE / "web" / "app.js").read_text(encoding="utf-8")
+    wrong += [f"web/app.js:{n}" for n, line in enumerate(page.splitlines(), 1)
+              if re.search(r"(slice|substring|substr)\(0,\s*6\)|\{6\}", line)]
+    assert not wrong, "a text rule written again:\n" + "\n".join(wrong)
+
+
+def test_the_seam_is_imported_for_the_type_checker_only():
+    """store/seam.py imports typing (a Protocol): a command must not pay for it."""
+    graph = import_graph()
+    wrong = [f"{_short(m)}:{targets['loomcli.store.seam']}" for m, targets in graph.items()
+             if "loomcli.store.seam" in targets]
+    assert not wrong, "store.seam imported at run time:\n" + "\n".join(wrong)

@@ -27,7 +27,6 @@ for the next best file: `near_copy` compares word 5-gram shingles (`NEAR_COPY`).
 
 from __future__ import annotations
 
-import re
 import zlib
 from bisect import bisect_right
 from collections.abc import Callable
@@ -37,9 +36,11 @@ from typing import TYPE_CHECKING, Any
 from loomcli.ask import tokens as tok
 from loomcli.errors import QueryError
 from loomcli.excerpt import SCAN_BYTES, excerpt
+from loomcli.text import WORD
 
 if TYPE_CHECKING:
-    from loomcli.store import Hit, Store
+    from loomcli.store.rows import Hit
+    from loomcli.store.seam import IndexStore as Store
 
 Near = Callable[[int, str], list[tuple[int, int, float]]]
 
@@ -58,7 +59,6 @@ SHINGLE_WORDS = 5
 # but let different documents reach 0.23 and 0.17: 5-grams leave the widest gap.
 NEAR_COPY = 0.3
 MIN_SHINGLES = 20  # a shorter excerpt is compared by its whole content hash only
-_WORDS = re.compile(r"\w+")
 
 INSTRUCTIONS = """\
 You answer questions from the user's own notes. Use only the notes given below; do not \
@@ -132,7 +132,7 @@ def page_label(pages: list[int]) -> str:
 
 
 def shingles(text: str) -> set[int]:
-    words = _WORDS.findall(text.lower())
+    words = WORD.findall(text.lower())
     if len(words) < SHINGLE_WORDS:
         return {zlib.crc32(" ".join(words).encode())} if words else set()
     return {zlib.crc32(" ".join(words[i:i + SHINGLE_WORDS]).encode())

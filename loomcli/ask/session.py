@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from loomcli.config import Config
     from loomcli.conversations import Conversation, Conversations, Later
     from loomcli.providers import Provider
-    from loomcli.store import Hit, Store
+    from loomcli.store.rows import Hit
+    from loomcli.store.seam import IndexStore as Store
     from loomcli.tools import Tool
 
 Sending = Callable[["Prompt | None", str], None]  # (what is sent, the model) before a call

@@ -1,20 +1,46 @@
-"""The store: where the index lives. `seam.py` is the interface the operations use;
-`sqlite.py` is the embedded implementation (one SQLite file, the default)."""
+"""The store: where the index lives. `seam.py` is the interface the rest of loom uses
+(`IndexStore`); `sqlite.py` the embedded implementation (one SQLite file, the default).
+`open_store` picks the implementation from where the index is. Nothing here imports a
+module above the store (tests/test_layers.py)."""
 
-from loomcli.store.sqlite import (
-    SNIPPET_END,
-    SNIPPET_START,
-    FileInfo,
-    FileRow,
-    Hit,
-    Root,
-    Store,
-    explain,
-    plain_snippet,
-    query_words,
-    quote_fts,
-    snippet_of,
-)
+from __future__ import annotations
 
-__all__ = ["SNIPPET_END", "SNIPPET_START", "FileInfo", "FileRow", "Hit", "Root", "Store",
-           "explain", "plain_snippet", "query_words", "quote_fts", "snippet_of"]
+from pathlib import Path
+
+from loomcli.store import sqlite
+from loomcli.store.rows import FileInfo, FileRow, Hit, Root
+from loomcli.store.sqlite import Store, explain, quote_fts
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from loomcli.store.seam import IndexStore
+
+__all__ = ["FileInfo", "FileRow", "Hit", "Root", "Store", "explain", "open_store",
+           "quote_fts", "set_aside"]
+
+SERVER_SCHEMES = ("postgresql://", "postgres://")
+
+
+def open_store(location: str | Path, *, create: bool = False) -> IndexStore:
+    """The index at `location`: a `postgresql://` URL (store/postgres.py), else the path
+    of an SQLite file. `create`: make it when missing (else a missing index is an
+    IndexMissingError saying to scan first)."""
+    if isinstance(location, str) and location.startswith(SERVER_SCHEMES):
+        from importlib import import_module
+
+        backend: Any = import_module("loomcli.store.postgres")  # its driver: only then
+        return backend.Store.open(location, create=create)
+    return Store.open(Path(location), create=create)
+
+
+def set_aside(location: str | Path) -> None:
+    """For `scan --rebuild`: move the index aside (kept, not deleted) so the scan starts a
+    new one; a writer of the old index (grep's builder) is done first."""
+    if isinstance(location, str) and location.startswith(SERVER_SCHEMES):
+        from loomcli.errors import IndexStateError
+
+        raise IndexStateError("scan --rebuild works on an SQLite index only",
+                              "for PostgreSQL: drop and create the database, then scan")
+    sqlite.set_aside(Path(location))
