@@ -313,8 +313,9 @@ class Terminal:
         while (at := self.seen.find(text, after)) < 0:
             left = deadline - time.monotonic()
             assert left > 0, f"{text!r} never came; got {self.seen[-2000:]!r}"
-            ready, _, _ = select.select([self.master], [], [], left)
-            if ready:
+            poller = select.poll()  # not select(): a busy test process may hold fds past 1024
+            poller.register(self.master, select.POLLIN)
+            if poller.poll(left * 1000):
                 try:
                     chunk = os.read(self.master, 65536)
                 except OSError:  # the other end closed: the process ended

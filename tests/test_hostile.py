@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import config, indexer
+from loomcli import config, indexer, locks
 from loomcli.extract import read_regular_file
 from loomcli.store import Store
 
@@ -167,7 +167,7 @@ def test_a_hostile_loomignore_line_costs_linear_time(notes, loom_home):
 
 def test_watch_waits_for_another_scan_instead_of_quitting(notes, loom_home):
     loom("scan", str(notes))
-    with indexer.write_lock(loom_home / "index.db"):  # another scan holds the index
+    with locks.write_lock(loom_home / "index.db"):  # another scan holds the index
         proc = subprocess.Popen([*LOOM, "watch", str(notes), "--json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=os.environ)
         time.sleep(3)

@@ -22,7 +22,7 @@ from loomcli.extract import Extracted
 from loomcli.store import Store
 
 from . import tokens
-from .conftest import write
+from .conftest import bm25_hits, write
 from .llm_server import FakeLLM
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -199,10 +199,10 @@ def test_the_prompt_always_fits_the_window(tmp_path_factory, texts, window, budg
         for i, body in enumerate(texts):
             store.add_file(root.id, f"f{i}.md", "note", 1, 1, bytes([i]),
                            Extracted("warp " + body, f"F{i}"))
-    hits = store.search("warp", top_k * 3, "OR")
     limits = plan("openai", window, "test", top_k=top_k, file_budget_chars=budget,
                   max_answer_tokens=None)
     try:
+        hits = bm25_hits(store, "warp", top_k * 3, "OR")
         prompt = ask.build_prompt(store, "warp tension?", hits, top_k=top_k, budget=budget,
                                   head_chars=300, window=limits, rule=rule)
     finally:
