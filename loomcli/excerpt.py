@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 from loomcli.records import Record
 
@@ -179,10 +180,20 @@ class _Meaning:
         return best * self.weight
 
 
+# Where the window goes is chosen once, at BASE_CHARS, and grown around (see _Growth).
+BASE_CHARS = 300
+SPLIT_CHARS = 1200  # two windows (half each) only when the windows' room reaches this
+GROW_TRIES = 9  # placements tried when a window doubles around the last one
+END = MARK.rstrip("\n")  # the mark after the last span when the text goes on
+
+
 def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float],
                  floor: int, size: int, only: set[str] | None = None,
-                 meaning: _Meaning | None = None) -> tuple[float, int, int, set[str]]:
-    best = (0.0, floor, min(len(text), floor + size), set[str]())
+                 meaning: _Meaning | None = None
+                 ) -> tuple[float, int, int, set[str], int]:
+    """The best window of `size` characters from `floor` on: its score, start, end, the
+    terms it holds, and the place it was chosen around (inside it)."""
+    best = (0.0, floor, min(len(text), floor + size), set[str](), floor)
     seen: set[int] = set()
     places: list[int] = []
     for stem, hits in occ.items():
@@ -210,63 +221,197 @@ def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float]
             if meaning is not None and only is None:
                 score += meaning.score(start, end)
             if score > best[0]:
-                best = (score, start, end, present)
+                best = (score, start, end, present, min(max(h, start), end))
     return best
+
+
+def _snap_forward(text: str, start: int, ceil: int) -> int:
+    """Move a window start forward to the next line start, when one is near (never past
+    `ceil`)."""
+    if start <= 0 or text[start - 1] == "\n":
+        return start
+    nl = text.find("\n", start, min(ceil, start + SNAP_CHARS))
+    return nl + 1 if nl >= 0 else start
+
+
+class _Growth:
+    """One window that only grows. At size 0 it is its point; at BASE_CHARS the best
+    window around that point; then, at each doubling, the best placement of a window
+    twice as large that holds the last one. Sizes in between grow from one step toward
+    the next, their cuts moved to line ends inward. So the window of any size holds the
+    window of every smaller size: a larger budget never loses what a smaller one sent."""
+
+    def __init__(self, text: str, scorer: Callable[[int, int], float], point: int,
+                 base: tuple[int, int]) -> None:
+        self.text = text
+        self.scorer = scorer
+        self.sizes = [0, BASE_CHARS]
+        self.spans = [(point, point), (min(base[0], point), max(base[1], point))]
+
+    def _grow(self) -> None:
+        n = len(self.text)
+        a, c = self.spans[-1]
+        size = 2 * self.sizes[-1]
+        self.sizes.append(size)
+        if size >= n:
+            self.spans.append((0, n))
+            return
+        lo, hi = max(0, c - size), max(0, min(a, n - size))
+        lo = min(lo, hi)
+        # The last window a quarter into the new one (an answer tends to follow the
+        # words that lead to it), unless another placement scores higher.
+        preferred = max(lo, min(hi, a - (size - (c - a)) // 4))
+        tries = sorted({lo + (hi - lo) * i // (GROW_TRIES - 1) for i in range(GROW_TRIES)}
+                       | {preferred}, key=lambda s: abs(s - preferred))
+        best: tuple[float, int, int] | None = None
+        for s in tries:
+            start = _snap_start(self.text, s, 0)
+            end = max(c, _snap_end(self.text, s + size, c))
+            score = self.scorer(start, end)
+            if best is None or score > best[0]:
+                best = (score, start, end)
+        assert best is not None
+        self.spans.append((best[1], best[2]))
+
+    def at(self, size: int) -> tuple[int, int]:
+        n = len(self.text)
+        while self.sizes[-1] < size and self.spans[-1] != (0, n):
+            self._grow()
+        if size >= self.sizes[-1]:
+            return self.spans[-1]
+        k = bisect_right(self.sizes, size)
+        (a0, c0), (a1, c1) = self.spans[k - 1], self.spans[k]
+        frac = (size - self.sizes[k - 1]) / (self.sizes[k] - self.sizes[k - 1])
+        start = _snap_forward(self.text, a0 - int((a0 - a1) * frac), a0)
+        return start, max(c0, _snap_end(self.text, c0 + int((c1 - c0) * frac), c0))
+
+
+class Excerpter:
+    """The excerpts of one text for one question, at any budget. Each holds every smaller
+    budget's excerpt: the head and the window(s) only grow with the budget (where the
+    window goes is chosen once, small, and grown around), so a larger budget never sends
+    less of the answer. Cheap to ask again at another budget: the text is scanned once.
+    `near`: the file's passages as (start char, end char, similarity to the question),
+    when it has vectors: the window then also goes where the meaning is closest.
+    `start`: the character where the body starts (after a note's front matter, which is
+    left out); spans stay those of the whole text."""
+
+    def __init__(self, text: str, question: str, head_chars: int = 1200,
+                 near: list[tuple[int, int, float]] | None = None, start: int = 0) -> None:
+        self.offset = max(0, start)
+        self.text = text[self.offset:] if self.offset else text
+        self.question = question
+        self.head_chars = max(0, head_chars)
+        self.near = [(max(0, a - self.offset), b - self.offset, s)
+                     for a, b, s in near or () if b > self.offset]
+        self.growths: list[_Growth] | None = None
+
+    def _prepare(self) -> list[_Growth]:
+        """Where the window(s) grow from: the best BASE_CHARS window past the head's
+        largest size, and, when the question's terms sit in two places, a second one for
+        the terms the first lacks."""
+        if self.growths is not None:
+            return self.growths
+        text = self.text
+        floor = _snap_end(text, self.head_chars, self.head_chars // 2)
+        occ = _occurrences(text.lower(), terms(self.question), text)
+        occ = {s: kept for s, hits in occ.items() if (kept := [h for h in hits if h >= floor])}
+        near = [p for p in self.near if p[0] >= floor]
+        self.growths = []
+        if not occ and not near:
+            return self.growths
+        weights = _weights(occ, len(text))
+        meaning = _Meaning(near, weights) if near else None
+
+        def full(a: int, b: int) -> float:
+            return _score(occ, weights, a, b)[0] + (meaning.score(a, b) if meaning else 0.0)
+
+        _, a, b, _, point = _best_window(text, occ, weights, floor, BASE_CHARS,
+                                         meaning=meaning)
+        first = _Growth(text, full, point, (a, b))
+        self.growths.append(first)
+        a1, b1 = first.at(SPLIT_CHARS // 2)
+        rest = set(occ) - _score(occ, weights, a1, b1)[1]
+        if not rest:
+            return self.growths
+
+        def lacking(a: int, b: int) -> float:
+            return _score(occ, weights, a, b, only=rest)[0]
+
+        found, a, b, _, point = _best_window(text, occ, weights, floor, BASE_CHARS,
+                                             only=rest)
+        if found > 0:
+            second = _Growth(text, lacking, point, (a, b))
+            a2, b2 = second.at(SPLIT_CHARS // 2)
+            if ((b2 <= a1 or a2 >= b1)
+                    and full(a1, b1) + lacking(a2, b2) > full(*first.at(SPLIT_CHARS))):
+                self.growths.append(second)
+        return self.growths
+
+    def _spans(self, t: int) -> tuple[list[tuple[int, int]], int]:
+        """The spans sent at growth `t` (the head, then the windows past it, merged), and
+        an upper bound on their text's length that never decreases as `t` grows."""
+        text, growths = self.text, self._prepare()
+        head = min(self.head_chars, t // 4) if growths else t
+        head_end = _snap_end(text, head, head // 2)
+        room = t - head
+        if len(growths) == 2:
+            # One window up to half SPLIT_CHARS, then the second up to as much, then both
+            # grow alike: two half windows from SPLIT_CHARS on.
+            half, extra = SPLIT_CHARS // 2, max(0, room - SPLIT_CHARS) // 2
+            sizes = [min(room, half) + extra, min(max(0, room - half), half) + extra]
+        else:
+            sizes = [room] if growths else []
+        windows: list[tuple[int, int]] = []
+        for a, b in sorted(g.at(w) for g, w in zip(growths, sizes, strict=True)):
+            a = max(a, head_end)
+            if b <= a:
+                continue
+            if windows and a <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(b, windows[-1][1]))
+            else:
+                windows.append((a, b))
+        spans = [(0, head_end), *windows]
+        reserve = len(growths) * len(MARK) + len(END)
+        return spans, sum(b - a for a, b in spans) + reserve
+
+    def at(self, budget: int) -> Excerpt:
+        """The excerpt within `budget` characters: whole if it fits, else the largest
+        growth of head + window(s) that fits."""
+        text = self.text
+        if len(text) <= budget:
+            out = Excerpt(text, [(0, len(text))], cut=False)
+        else:
+            fits = self._spans(0)[1] <= budget
+            low, high = 0, max(1, budget)
+            while fits and self._spans(high)[1] <= budget:  # find a growth too large
+                low, high = high, 2 * high
+            while high - low > 1:
+                mid = (low + high) // 2
+                if self._spans(mid)[1] <= budget:
+                    low = mid
+                else:
+                    high = mid
+            if not fits:  # not even the marks fit
+                return Excerpt("", [(self.offset, self.offset)], cut=True)
+            spans = self._spans(low)[0]
+            parts, pos = [], 0
+            for a, b in spans:
+                if a > pos:
+                    parts.append(MARK)
+                parts.append(text[a:b])
+                pos = b
+            if pos < len(text):
+                parts.append(END)
+            out = Excerpt("".join(parts), spans, cut=True)
+            assert len(out.text) <= budget, (len(out.text), budget)
+        if self.offset:
+            out.spans = [(a + self.offset, b + self.offset) for a, b in out.spans]
+        return out
 
 
 def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
             near: list[tuple[int, int, float]] | None = None, start: int = 0) -> Excerpt:
-    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s).
-    `near`: the file's passages as (start char, end char, similarity to the question),
-    when it has vectors: the window then also goes where the meaning is closest.
-    `start`: the character where the body starts (after a note's front matter, which is
-    left out); spans stay those of `text`."""
-    if start > 0:
-        part = excerpt(text[start:], question, budget, head_chars,
-                       [(max(0, a - start), b - start, s) for a, b, s in near or () if b > start])
-        return Excerpt(part.text, [(a + start, b + start) for a, b in part.spans], part.cut)
-    if len(text) <= budget:
-        return Excerpt(text, [(0, len(text))], cut=False)
-    head_end = _snap_end(text, min(head_chars, budget // 4), min(head_chars, budget // 4) // 2)
-    head = text[:head_end]
-    occ = _occurrences(text.lower(), terms(question), text)
-    occ = {s: [h for h in hits if h >= head_end] for s, hits in occ.items()}
-    occ = {s: hits for s, hits in occ.items() if hits}
-    room = budget - len(head) - 2 * len(MARK)
-    near = [p for p in near or () if p[0] >= head_end]
-    if (not occ and not near) or room <= 0:
-        end = _snap_end(text, budget - len(MARK), budget // 2)
-        return Excerpt(text[:end] + MARK.rstrip("\n"), [(0, end)], cut=True)
-    weights = _weights(occ, len(text))
-    meaning = _Meaning(near, weights) if near else None
-    score, start, end, present = _best_window(text, occ, weights, head_end, room,
-                                              meaning=meaning)
-    windows = [(start, end)]
-    missing = set(occ) - present
-    if missing and room >= 1200:
-        # Two half windows: the best one for all terms, then the best for what it lacks.
-        half = (room - len(MARK)) // 2
-        s1, a1, b1, p1 = _best_window(text, occ, weights, head_end, half, meaning=meaning)
-        rest = set(occ) - p1
-        if rest:
-            s2, a2, b2, _ = _best_window(text, occ, weights, head_end, half, only=rest)
-            if s2 > 0 and (b2 <= a1 or a2 >= b1):
-                pair_score, _ = _score(occ, weights, a1, b1)
-                pair_score += meaning.score(a1, b1) if meaning else 0.0
-                pair_score += _score(occ, weights, a2, b2, only=rest)[0]
-                if pair_score > score:
-                    windows = sorted([(a1, b1), (a2, b2)])
-    parts = [head]
-    pos = head_end
-    spans = [(0, head_end)]
-    for a, b in windows:
-        if a > pos:
-            parts.append(MARK)
-        parts.append(text[a:b])
-        spans.append((a, b))
-        pos = b
-    if pos < len(text):
-        parts.append(MARK.rstrip("\n"))
-    out = "".join(parts)
-    assert len(out) <= budget, (len(out), budget)
-    return Excerpt(out, spans, cut=True)
+    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s)
+    (see Excerpter: a larger budget's excerpt holds a smaller one's)."""
+    return Excerpter(text, question, head_chars, near, start).at(budget)

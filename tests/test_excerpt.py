@@ -114,3 +114,66 @@ def test_occurrences_are_every_word_start(text, stems):
     from loomcli.excerpt import _occurrences
 
     assert _occurrences(text.lower(), stems, text) == _occurrences_by_definition(text, stems)
+
+
+# -- a larger budget never sends less -------------------------------------------------------
+
+def covered(spans: list[tuple[int, int]]) -> set[int]:
+    return {i for a, b in spans for i in range(a, b)}
+
+
+WORDS = ["loom", "warp", "weft", "heddle", "shuttle", "madder", "indigo", "vat", "beam",
+         "tension", "gauge", "reed", "the", "of", "and", "panic_on_oops", "maxUserWatches"]
+
+
+@st.composite
+def documents(draw: st.DrawFn) -> str:
+    words = draw(st.lists(st.sampled_from(WORDS), min_size=50, max_size=3000))
+    breaks = draw(st.lists(st.integers(min_value=3, max_value=25), min_size=1, max_size=40))
+    lines, i, n = [], 0, 0
+    while i < len(words):
+        step = breaks[n % len(breaks)]
+        lines.append(" ".join(words[i:i + step]))
+        i, n = i + step, n + 1
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=documents(),
+       question=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join),
+       budgets=st.lists(st.integers(min_value=1, max_value=9000), min_size=2, max_size=4),
+       head=st.integers(min_value=0, max_value=1500),
+       front=st.integers(min_value=0, max_value=400),
+       near=st.lists(st.tuples(st.integers(0, 20_000), st.integers(50, 1500),
+                               st.floats(0, 1)), max_size=6))
+def test_a_larger_budget_sends_everything_a_smaller_one_sent(text, question, budgets, head,
+                                                             front, near):
+    from loomcli.excerpt import Excerpter
+
+    passages = [(a, a + n, s) for a, n, s in near]
+    cut = Excerpter(text, question, head, passages, start=min(front, len(text)))
+    sent = [cut.at(b) for b in sorted(budgets)]
+    for smaller, larger in zip(sent, sent[1:]):
+        assert covered(smaller.spans) <= covered(larger.spans)
+    for b, part in zip(sorted(budgets), sent, strict=True):  # the same as asked one at a time
+        alone = excerpt(text, question, b, head, passages, start=min(front, len(text)))
+        assert (alone.text, alone.spans) == (part.text, part.spans)
+        assert len(part.text) <= b
+        for a, z in part.spans:
+            assert text[a:z] in part.text
+
+
+def test_a_window_grows_around_what_a_smaller_budget_chose():
+    """Two places answer the question: a small budget picks the one dense in the rare term,
+    and a larger budget, which today would pick the other (more of the terms, spread over a
+    larger stretch), keeps the first and grows around it."""
+    rare = "The shed angle of the countermarch loom is twelve degrees at the front.\n"
+    spread = "".join(f"Line {i}: the countermarch loom treadle tie-up {i}, shed height.\n"
+                     if i % 6 == 0 else f"Line {i} weaving and looms, nothing particular.\n"
+                     for i in range(120))
+    text = FILLER[:6000] + rare + FILLER[6000:16000] + spread + FILLER[16000:]
+    question = "countermarch loom shed angle"
+    small = excerpt(text, question, 1500)
+    assert "shed angle of the countermarch" in small.text
+    for budget in range(1600, 9000, 400):
+        assert "shed angle of the countermarch" in excerpt(text, question, budget).text
