@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
 
 from loomcli.records import Record
 
@@ -180,20 +179,24 @@ class _Meaning:
         return best * self.weight
 
 
-# Where the window goes is chosen once, at BASE_CHARS, and grown around (see _Growth).
-BASE_CHARS = 300
+# Nested excerpts (Excerpter): the windows chosen at the largest budget are shrunk level by
+# level, halving, each level the best part of the one above; a budget between two levels
+# gets the smaller one grown toward the larger.
+BASE_CHARS = 300  # the smallest level's windows; below it they shrink to a point
 SPLIT_CHARS = 1200  # two windows (half each) only when the windows' room reaches this
-GROW_TRIES = 9  # placements tried when a window doubles around the last one
+GROW_TRIES = 9  # placements tried when a window doubles past the largest budget
 END = MARK.rstrip("\n")  # the mark after the last span when the text goes on
+Span = tuple[int, int]
 
 
 def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float],
                  floor: int, size: int, only: set[str] | None = None,
-                 meaning: _Meaning | None = None
-                 ) -> tuple[float, int, int, set[str], int]:
-    """The best window of `size` characters from `floor` on: its score, start, end, the
-    terms it holds, and the place it was chosen around (inside it)."""
-    best = (0.0, floor, min(len(text), floor + size), set[str](), floor)
+                 meaning: _Meaning | None = None, ceil: int | None = None
+                 ) -> tuple[float, int, int, set[str]]:
+    """The best window of `size` characters inside [floor, ceil): its score, start, end
+    and the terms it holds."""
+    limit = len(text) if ceil is None else ceil
+    best = (0.0, floor, min(limit, floor + size), set[str]())
     seen: set[int] = set()
     places: list[int] = []
     for stem, hits in occ.items():
@@ -207,21 +210,22 @@ def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float]
     # thousands).
     step, last = max(1, size // WINDOW_STEP), -size
     for h in sorted(places):
-        if h < floor or h - last < step:
+        if h < floor or h >= limit or h - last < step:
             continue
         last = h
         for lead in (size // 4, size // 2):
             start = _snap_start(text, max(floor, h - lead), floor)
-            start = min(start, max(floor, len(text) - size))
+            start = min(start, max(floor, limit - size))
             if start in seen:
                 continue
             seen.add(start)
-            end = _snap_end(text, start + size, start + size // 2)
+            end = (limit if start + size >= limit
+                   else _snap_end(text, start + size, start + size // 2))
             score, present = _score(occ, weights, start, end, only)
             if meaning is not None and only is None:
                 score += meaning.score(start, end)
             if score > best[0]:
-                best = (score, start, end, present, min(max(h, start), end))
+                best = (score, start, end, present)
     return best
 
 
@@ -234,136 +238,185 @@ def _snap_forward(text: str, start: int, ceil: int) -> int:
     return nl + 1 if nl >= 0 else start
 
 
-class _Growth:
-    """One window that only grows. At size 0 it is its point; at BASE_CHARS the best
-    window around that point; then, at each doubling, the best placement of a window
-    twice as large that holds the last one. Sizes in between grow from one step toward
-    the next, their cuts moved to line ends inward. So the window of any size holds the
-    window of every smaller size: a larger budget never loses what a smaller one sent."""
-
-    def __init__(self, text: str, scorer: Callable[[int, int], float], point: int,
-                 base: tuple[int, int]) -> None:
-        self.text = text
-        self.scorer = scorer
-        self.sizes = [0, BASE_CHARS]
-        self.spans = [(point, point), (min(base[0], point), max(base[1], point))]
-
-    def _grow(self) -> None:
-        n = len(self.text)
-        a, c = self.spans[-1]
-        size = 2 * self.sizes[-1]
-        self.sizes.append(size)
-        if size >= n:
-            self.spans.append((0, n))
-            return
-        lo, hi = max(0, c - size), max(0, min(a, n - size))
-        lo = min(lo, hi)
-        # The last window a quarter into the new one (an answer tends to follow the
-        # words that lead to it), unless another placement scores higher.
-        preferred = max(lo, min(hi, a - (size - (c - a)) // 4))
-        tries = sorted({lo + (hi - lo) * i // (GROW_TRIES - 1) for i in range(GROW_TRIES)}
-                       | {preferred}, key=lambda s: abs(s - preferred))
-        best: tuple[float, int, int] | None = None
-        for s in tries:
-            start = _snap_start(self.text, s, 0)
-            end = max(c, _snap_end(self.text, s + size, c))
-            score = self.scorer(start, end)
-            if best is None or score > best[0]:
-                best = (score, start, end)
-        assert best is not None
-        self.spans.append((best[1], best[2]))
-
-    def at(self, size: int) -> tuple[int, int]:
-        n = len(self.text)
-        while self.sizes[-1] < size and self.spans[-1] != (0, n):
-            self._grow()
-        if size >= self.sizes[-1]:
-            return self.spans[-1]
-        k = bisect_right(self.sizes, size)
-        (a0, c0), (a1, c1) = self.spans[k - 1], self.spans[k]
-        frac = (size - self.sizes[k - 1]) / (self.sizes[k] - self.sizes[k - 1])
-        start = _snap_forward(self.text, a0 - int((a0 - a1) * frac), a0)
-        return start, max(c0, _snap_end(self.text, c0 + int((c1 - c0) * frac), c0))
-
-
 class Excerpter:
-    """The excerpts of one text for one question, at any budget. Each holds every smaller
-    budget's excerpt: the head and the window(s) only grow with the budget (where the
-    window goes is chosen once, small, and grown around), so a larger budget never sends
-    less of the answer. Cheap to ask again at another budget: the text is scanned once.
+    """The excerpts of one text for one question at any budget, each holding every
+    smaller budget's: what is sent at a budget is never lost at a larger one. At `most`
+    (the largest budget it will likely be asked at; the budget itself for `excerpt`) it
+    is head + the best window(s); below, the head shrinks and the windows shrink to
+    their best parts, level by level; above, they grow around what they hold. Cheap to
+    ask again at another budget: the text is scanned once.
     `near`: the file's passages as (start char, end char, similarity to the question),
     when it has vectors: the window then also goes where the meaning is closest.
     `start`: the character where the body starts (after a note's front matter, which is
     left out); spans stay those of the whole text."""
 
     def __init__(self, text: str, question: str, head_chars: int = 1200,
-                 near: list[tuple[int, int, float]] | None = None, start: int = 0) -> None:
+                 near: list[tuple[int, int, float]] | None = None, start: int = 0,
+                 most: int = 8000) -> None:
         self.offset = max(0, start)
         self.text = text[self.offset:] if self.offset else text
         self.question = question
         self.head_chars = max(0, head_chars)
         self.near = [(max(0, a - self.offset), b - self.offset, s)
                      for a, b, s in near or () if b > self.offset]
-        self.growths: list[_Growth] | None = None
+        self.most = max(1, most)
+        # Levels of growth `t` (about the budget), ascending, and each window's span there.
+        self.levels: list[int] = []
+        self.spans: list[list[Span]] = []
 
-    def _prepare(self) -> list[_Growth]:
-        """Where the window(s) grow from: the best BASE_CHARS window past the head's
-        largest size, and, when the question's terms sit in two places, a second one for
-        the terms the first lacks."""
-        if self.growths is not None:
-            return self.growths
+    # -- the levels --------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        if self.levels:
+            return
         text = self.text
-        floor = _snap_end(text, self.head_chars, self.head_chars // 2)
+        top = min(self.most, len(text) - 1)
+        head = min(self.head_chars, top // 4)
+        floor = _snap_end(text, head, head // 2)
         occ = _occurrences(text.lower(), terms(self.question), text)
         occ = {s: kept for s, hits in occ.items() if (kept := [h for h in hits if h >= floor])}
+        room = top - floor - 2 * len(MARK)
         near = [p for p in self.near if p[0] >= floor]
-        self.growths = []
-        if not occ and not near:
-            return self.growths
-        weights = _weights(occ, len(text))
-        meaning = _Meaning(near, weights) if near else None
+        self.levels, self.spans = [0], [[]]
+        if (not occ and not near) or room <= 0:
+            return  # the head alone, grown with the budget
+        self.occ, self.weights = occ, _weights(occ, len(text))
+        self.meaning = _Meaning(near, self.weights) if near else None
+        # At `top`, as a single excerpt at that budget is made: the best window, or two
+        # half windows when the question's terms sit in two places.
+        score, start, end, present = self._best(floor, room)
+        windows = [(start, end)]
+        missing = set(occ) - present
+        if missing and room >= SPLIT_CHARS:
+            half = (room - len(MARK)) // 2
+            s1, a1, b1, p1 = self._best(floor, half)
+            rest = set(occ) - p1
+            if rest:
+                s2, a2, b2, _ = _best_window(text, occ, self.weights, floor, half, only=rest)
+                if s2 > 0 and (b2 <= a1 or a2 >= b1):
+                    pair_score, _ = _score(occ, self.weights, a1, b1)
+                    pair_score += self.meaning.score(a1, b1) if self.meaning else 0.0
+                    pair_score += _score(occ, self.weights, a2, b2, only=rest)[0]
+                    if pair_score > score:
+                        windows = sorted([(a1, b1), (a2, b2)])
+        levels, spans = [top], [windows]
+        size = room
+        while size // 2 >= BASE_CHARS:
+            size //= 2
+            levels.append(levels[-1] // 2)
+            spans.append(self._inside(spans[-1], size))
+        points = [(p, p) for p in (self._point(a, b) for a, b in spans[-1])]
+        self.levels = [0, *reversed(levels)]
+        self.spans = [points, *reversed(spans)]
 
-        def full(a: int, b: int) -> float:
-            return _score(occ, weights, a, b)[0] + (meaning.score(a, b) if meaning else 0.0)
+    def _best(self, floor: int, size: int, ceil: int | None = None
+              ) -> tuple[float, int, int, set[str]]:
+        return _best_window(self.text, self.occ, self.weights, floor, size,
+                            meaning=self.meaning, ceil=ceil)
 
-        _, a, b, _, point = _best_window(text, occ, weights, floor, BASE_CHARS,
-                                         meaning=meaning)
-        first = _Growth(text, full, point, (a, b))
-        self.growths.append(first)
-        a1, b1 = first.at(SPLIT_CHARS // 2)
-        rest = set(occ) - _score(occ, weights, a1, b1)[1]
-        if not rest:
-            return self.growths
+    def _value(self, spans: list[Span]) -> float:
+        """How well spans sent together answer: each term counted over all of them."""
+        score = 0.0
+        for stem, hits in self.occ.items():
+            n = sum(bisect_left(hits, b) - bisect_left(hits, a) for a, b in spans)
+            if n:
+                score += self.weights[stem] * (1 + math.log(min(n, TERM_CAP)))
+        if self.meaning is not None:
+            score += max((self.meaning.score(a, b) for a, b in spans), default=0.0)
+        return score
 
-        def lacking(a: int, b: int) -> float:
-            return _score(occ, weights, a, b, only=rest)[0]
+    def _inside(self, windows: list[Span], room: int) -> list[Span]:
+        """The best parts of `windows` within `room`: one part each (an empty one at the
+        best point when a window gives its room to the other)."""
+        def part(window: Span, size: int) -> Span:
+            a, b = window
+            if size <= 0:
+                p = self._point(a, b)
+                return (p, p)
+            if size >= b - a:
+                return window
+            _, start, end, _ = self._best(a, size, ceil=b)
+            return (start, end)
 
-        found, a, b, _, point = _best_window(text, occ, weights, floor, BASE_CHARS,
-                                             only=rest)
-        if found > 0:
-            second = _Growth(text, lacking, point, (a, b))
-            a2, b2 = second.at(SPLIT_CHARS // 2)
-            if ((b2 <= a1 or a2 >= b1)
-                    and full(a1, b1) + lacking(a2, b2) > full(*first.at(SPLIT_CHARS))):
-                self.growths.append(second)
-        return self.growths
+        if len(windows) == 1:
+            return [part(windows[0], room)]
+        first, second = windows
+        options = [[part(first, room), part(second, 0)], [part(first, 0), part(second, room)]]
+        if room >= SPLIT_CHARS:
+            half = (room - len(MARK)) // 2
+            options.append([part(first, half), part(second, half)])
+        return max(options, key=self._value)  # the first of equals: fewer, longer parts
 
-    def _spans(self, t: int) -> tuple[list[tuple[int, int]], int]:
+    def _point(self, a: int, b: int) -> int:
+        """Where a window shrinks to: the first place of its rarest term."""
+        best = (0.0, a)
+        for stem, hits in self.occ.items():
+            i = bisect_left(hits, a)
+            if i < len(hits) and hits[i] < b and self.weights[stem] > best[0]:
+                best = (self.weights[stem], hits[i])
+        return best[1]
+
+    def _grow(self) -> None:
+        """One more level past the largest: each window twice as large, placed where it
+        scores best while it holds the last one."""
+        n = len(self.text)
+        grown = []
+        for a, c in self.spans[-1]:
+            size = max(2 * (c - a), BASE_CHARS)
+            if size >= n:
+                grown.append((0, n))
+                continue
+            lo, hi = max(0, c - size), max(0, min(a, n - size))
+            lo = min(lo, hi)
+            # The last window a quarter into the new one (an answer tends to follow the
+            # words that lead to it), unless another placement scores higher.
+            preferred = max(lo, min(hi, a - (size - (c - a)) // 4))
+            tries = sorted({lo + (hi - lo) * i // (GROW_TRIES - 1) for i in range(GROW_TRIES)}
+                           | {preferred}, key=lambda s: abs(s - preferred))
+            best: tuple[float, int, int] | None = None
+            for s in tries:
+                start = _snap_start(self.text, s, 0)
+                end = max(c, _snap_end(self.text, s + size, c))
+                value = self._value([(start, end)])
+                if best is None or value > best[0]:
+                    best = (value, start, end)
+            assert best is not None
+            grown.append((best[1], best[2]))
+        self.levels.append(2 * self.levels[-1])
+        self.spans.append(grown)
+
+    def _windows(self, t: int) -> list[Span]:
+        """The windows at growth `t`: between two levels, the lower one's windows grown
+        toward the upper one's, their cuts moved inward to line ends."""
+        n = len(self.text)
+        while self.levels[-1] < t and any(s != (0, n) for s in self.spans[-1]):
+            self._grow()
+        if t >= self.levels[-1]:
+            return self.spans[-1]
+        k = bisect_right(self.levels, t)
+        frac = (t - self.levels[k - 1]) / (self.levels[k] - self.levels[k - 1])
+        out = []
+        for (a0, c0), (a1, c1) in zip(self.spans[k - 1], self.spans[k], strict=True):
+            start = _snap_forward(self.text, a0 - int((a0 - a1) * frac), a0)
+            out.append((start, max(c0, _snap_end(self.text, c0 + int((c1 - c0) * frac), c0))))
+        return out
+
+    # -- one budget -------------------------------------------------------------------------
+
+    def _spans(self, t: int, budget: int | None = None) -> tuple[list[Span], int]:
         """The spans sent at growth `t` (the head, then the windows past it, merged), and
-        an upper bound on their text's length that never decreases as `t` grows."""
-        text, growths = self.text, self._prepare()
-        head = min(self.head_chars, t // 4) if growths else t
+        an upper bound on their text's length that never decreases as `t` grows. With
+        `budget`, the head is at most a quarter of it (a growth past the budget is one
+        whose windows overlap)."""
+        self._prepare()
+        text = self.text
+        tracks = len(self.spans[0])
+        head = min(self.head_chars, t // 4) if tracks else t
+        if budget is not None and tracks:
+            head = min(head, budget // 4)
         head_end = _snap_end(text, head, head // 2)
-        room = t - head
-        if len(growths) == 2:
-            # One window up to half SPLIT_CHARS, then the second up to as much, then both
-            # grow alike: two half windows from SPLIT_CHARS on.
-            half, extra = SPLIT_CHARS // 2, max(0, room - SPLIT_CHARS) // 2
-            sizes = [min(room, half) + extra, min(max(0, room - half), half) + extra]
-        else:
-            sizes = [room] if growths else []
-        windows: list[tuple[int, int]] = []
-        for a, b in sorted(g.at(w) for g, w in zip(growths, sizes, strict=True)):
+        windows: list[Span] = []
+        for a, b in sorted(self._windows(t)) if tracks else ():
             a = max(a, head_end)
             if b <= a:
                 continue
@@ -372,8 +425,7 @@ class Excerpter:
             else:
                 windows.append((a, b))
         spans = [(0, head_end), *windows]
-        reserve = len(growths) * len(MARK) + len(END)
-        return spans, sum(b - a for a, b in spans) + reserve
+        return spans, sum(b - a for a, b in spans) + tracks * len(MARK) + len(END)
 
     def at(self, budget: int) -> Excerpt:
         """The excerpt within `budget` characters: whole if it fits, else the largest
@@ -381,10 +433,11 @@ class Excerpter:
         text = self.text
         if len(text) <= budget:
             out = Excerpt(text, [(0, len(text))], cut=False)
+        elif self._spans(0)[1] > budget:  # not even the marks fit
+            out = Excerpt("", [(0, 0)], cut=True)
         else:
-            fits = self._spans(0)[1] <= budget
             low, high = 0, max(1, budget)
-            while fits and self._spans(high)[1] <= budget:  # find a growth too large
+            while self._spans(high)[1] <= budget:  # a growth too large, to search below
                 low, high = high, 2 * high
             while high - low > 1:
                 mid = (low + high) // 2
@@ -392,9 +445,7 @@ class Excerpter:
                     low = mid
                 else:
                     high = mid
-            if not fits:  # not even the marks fit
-                return Excerpt("", [(self.offset, self.offset)], cut=True)
-            spans = self._spans(low)[0]
+            spans = self._spans(low, budget)[0]
             parts, pos = [], 0
             for a, b in spans:
                 if a > pos:
@@ -411,7 +462,11 @@ class Excerpter:
 
 
 def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
-            near: list[tuple[int, int, float]] | None = None, start: int = 0) -> Excerpt:
-    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s)
-    (see Excerpter: a larger budget's excerpt holds a smaller one's)."""
-    return Excerpter(text, question, head_chars, near, start).at(budget)
+            near: list[tuple[int, int, float]] | None = None, start: int = 0,
+            most: int | None = None) -> Excerpt:
+    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s).
+    `most`: the largest budget the same text and question may be given (an ask's file
+    budget): the excerpt then holds, and is held by, those at every other budget up to
+    `most` (see Excerpter); by default the best for this budget alone."""
+    return Excerpter(text, question, head_chars, near, start,
+                     budget if most is None else most).at(budget)

@@ -142,25 +142,35 @@ def documents(draw: st.DrawFn) -> str:
 @given(text=documents(),
        question=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join),
        budgets=st.lists(st.integers(min_value=1, max_value=9000), min_size=2, max_size=4),
+       most=st.integers(min_value=1, max_value=9000),
        head=st.integers(min_value=0, max_value=1500),
        front=st.integers(min_value=0, max_value=400),
        near=st.lists(st.tuples(st.integers(0, 20_000), st.integers(50, 1500),
                                st.floats(0, 1)), max_size=6))
-def test_a_larger_budget_sends_everything_a_smaller_one_sent(text, question, budgets, head,
-                                                             front, near):
-    from loomcli.excerpt import Excerpter
-
+def test_a_larger_budget_sends_everything_a_smaller_one_sent(text, question, budgets, most,
+                                                             head, front, near):
+    """Per file and question, at any budgets b1 < b2 (below or above the largest one it
+    was told of), what b1 sends is inside what b2 sends."""
     passages = [(a, a + n, s) for a, n, s in near]
-    cut = Excerpter(text, question, head, passages, start=min(front, len(text)))
-    sent = [cut.at(b) for b in sorted(budgets)]
-    for smaller, larger in zip(sent, sent[1:]):
+    front = min(front, len(text))
+    sent = [excerpt(text, question, b, head, passages, start=front, most=most)
+            for b in sorted(budgets)]
+    for smaller, larger in zip(sent, sent[1:], strict=False):
         assert covered(smaller.spans) <= covered(larger.spans)
-    for b, part in zip(sorted(budgets), sent, strict=True):  # the same as asked one at a time
-        alone = excerpt(text, question, b, head, passages, start=min(front, len(text)))
-        assert (alone.text, alone.spans) == (part.text, part.spans)
+    for b, part in zip(sorted(budgets), sent, strict=True):
         assert len(part.text) <= b
         for a, z in part.spans:
-            assert text[a:z] in part.text
+            assert front <= a <= z <= len(text) and text[a:z] in part.text
+
+
+def test_one_excerpter_asked_at_many_budgets_is_the_same_as_one_call_each():
+    from loomcli.excerpt import Excerpter
+
+    text = FILLER[:9000] + "\nThe madder vat must stay below sixty degrees.\n" + FILLER[9000:]
+    cutter = Excerpter(text, "madder vat degrees", 1200, most=6000)
+    for budget in (100, 700, 2500, 6000, 9000, 40_000):
+        alone = excerpt(text, "madder vat degrees", budget, 1200, most=6000)
+        assert (cutter.at(budget).text, cutter.at(budget).spans) == (alone.text, alone.spans)
 
 
 def test_a_window_grows_around_what_a_smaller_budget_chose():
