@@ -179,12 +179,10 @@ class _Meaning:
         return best * self.weight
 
 
-# Nested excerpts (Excerpter): the windows chosen at the largest budget are shrunk level by
-# level, halving, each level the best part of the one above; a budget between two levels
-# gets the smaller one grown toward the larger.
-BASE_CHARS = 300  # the smallest level's windows; below it they shrink to a point
-SPLIT_CHARS = 1200  # two windows (half each) only when the windows' room reaches this
-GROW_TRIES = 9  # placements tried when a window doubles past the largest budget
+# Nested excerpts (Excerpter): levels of room doubling from BASE_CHARS, each holding the last.
+BASE_CHARS = 600  # the first level's window; below it, it shrinks to a point
+MAX_WINDOWS = 3  # windows opened at most (each costs a [...] mark)
+GROW_TRIES = 9  # placements tried when a window doubles
 END = MARK.rstrip("\n")  # the mark after the last span when the text goes on
 Span = tuple[int, int]
 
@@ -240,27 +238,29 @@ def _snap_forward(text: str, start: int, ceil: int) -> int:
 
 class Excerpter:
     """The excerpts of one text for one question at any budget, each holding every
-    smaller budget's: what is sent at a budget is never lost at a larger one. At `most`
-    (the largest budget it will likely be asked at; the budget itself for `excerpt`) it
-    is head + the best window(s); below, the head shrinks and the windows shrink to
-    their best parts, level by level; above, they grow around what they hold. Cheap to
-    ask again at another budget: the text is scanned once.
+    smaller budget's: what is sent at a budget is never lost at a larger one. Levels of
+    room, doubling from BASE_CHARS: the first is the best window for the question; each
+    next one keeps what the last one sent and spends the room it adds where it helps
+    most, either growing the windows (each placed where it scores best while it holds
+    its last span) or opening one more window (where it adds most to what is sent: the
+    terms still missing, or the closest passage); a budget between two levels gets the
+    lower one's windows grown toward the upper one's. Cheap to ask again at another
+    budget: the text is scanned once.
     `near`: the file's passages as (start char, end char, similarity to the question),
-    when it has vectors: the window then also goes where the meaning is closest.
+    when it has vectors: the windows then also go where the meaning is closest.
     `start`: the character where the body starts (after a note's front matter, which is
     left out); spans stay those of the whole text."""
 
     def __init__(self, text: str, question: str, head_chars: int = 1200,
-                 near: list[tuple[int, int, float]] | None = None, start: int = 0,
-                 most: int = 8000) -> None:
+                 near: list[tuple[int, int, float]] | None = None, start: int = 0) -> None:
         self.offset = max(0, start)
         self.text = text[self.offset:] if self.offset else text
         self.question = question
         self.head_chars = max(0, head_chars)
         self.near = [(max(0, a - self.offset), b - self.offset, s)
                      for a, b, s in near or () if b > self.offset]
-        self.most = max(1, most)
-        # Levels of growth `t` (about the budget), ascending, and each window's span there.
+        # Levels of growth `t` (about the budget), ascending; each window's span there
+        # (a window opened at a level is its point at the levels below).
         self.levels: list[int] = []
         self.spans: list[list[Span]] = []
 
@@ -270,49 +270,28 @@ class Excerpter:
         if self.levels:
             return
         text = self.text
-        top = min(self.most, len(text) - 1)
-        head = min(self.head_chars, top // 4)
-        floor = _snap_end(text, head, head // 2)
+        first = min(self.head_chars, self._growth(BASE_CHARS) // 4)
+        self.floor = floor = _snap_end(text, first, first // 2)
         occ = _occurrences(text.lower(), terms(self.question), text)
-        occ = {s: kept for s, hits in occ.items() if (kept := [h for h in hits if h >= floor])}
-        room = top - floor - 2 * len(MARK)
+        self.occ = {s: kept for s, hits in occ.items()
+                    if (kept := [h for h in hits if h >= floor])}
         near = [p for p in self.near if p[0] >= floor]
         self.levels, self.spans = [0], [[]]
-        if (not occ and not near) or room <= 0:
+        if not self.occ and not near or floor >= len(text):
             return  # the head alone, grown with the budget
-        self.occ, self.weights = occ, _weights(occ, len(text))
+        self.weights = _weights(self.occ, len(text))
         self.meaning = _Meaning(near, self.weights) if near else None
-        # At `top`, as a single excerpt at that budget is made: the best window, or two
-        # half windows when the question's terms sit in two places.
-        score, start, end, present = self._best(floor, room)
-        windows = [(start, end)]
-        missing = set(occ) - present
-        if missing and room >= SPLIT_CHARS:
-            half = (room - len(MARK)) // 2
-            s1, a1, b1, p1 = self._best(floor, half)
-            rest = set(occ) - p1
-            if rest:
-                s2, a2, b2, _ = _best_window(text, occ, self.weights, floor, half, only=rest)
-                if s2 > 0 and (b2 <= a1 or a2 >= b1):
-                    pair_score, _ = _score(occ, self.weights, a1, b1)
-                    pair_score += self.meaning.score(a1, b1) if self.meaning else 0.0
-                    pair_score += _score(occ, self.weights, a2, b2, only=rest)[0]
-                    if pair_score > score:
-                        windows = sorted([(a1, b1), (a2, b2)])
-        levels, spans = [top], [windows]
-        size = room
-        while size // 2 >= BASE_CHARS:
-            size //= 2
-            levels.append(levels[-1] // 2)
-            spans.append(self._inside(spans[-1], size))
-        points = [(p, p) for p in (self._point(a, b) for a, b in spans[-1])]
-        self.levels = [0, *reversed(levels)]
-        self.spans = [points, *reversed(spans)]
+        _, start, end, _ = _best_window(text, self.occ, self.weights, floor, BASE_CHARS,
+                                        meaning=self.meaning)
+        point = self._point(start, end)
+        self.room = [0, BASE_CHARS]
+        self.levels = [0, self._growth(BASE_CHARS)]
+        self.spans = [[(point, point)], [(start, end)]]
 
-    def _best(self, floor: int, size: int, ceil: int | None = None
-              ) -> tuple[float, int, int, set[str]]:
-        return _best_window(self.text, self.occ, self.weights, floor, size,
-                            meaning=self.meaning, ceil=ceil)
+    def _growth(self, room: int) -> int:
+        """The growth `t` whose windows' room is `room` (the head takes a quarter of a
+        budget, at most head_chars)."""
+        return room + min(self.head_chars, room // 3)
 
     def _value(self, spans: list[Span]) -> float:
         """How well spans sent together answer: each term counted over all of them."""
@@ -325,28 +304,6 @@ class Excerpter:
             score += max((self.meaning.score(a, b) for a, b in spans), default=0.0)
         return score
 
-    def _inside(self, windows: list[Span], room: int) -> list[Span]:
-        """The best parts of `windows` within `room`: one part each (an empty one at the
-        best point when a window gives its room to the other)."""
-        def part(window: Span, size: int) -> Span:
-            a, b = window
-            if size <= 0:
-                p = self._point(a, b)
-                return (p, p)
-            if size >= b - a:
-                return window
-            _, start, end, _ = self._best(a, size, ceil=b)
-            return (start, end)
-
-        if len(windows) == 1:
-            return [part(windows[0], room)]
-        first, second = windows
-        options = [[part(first, room), part(second, 0)], [part(first, 0), part(second, room)]]
-        if room >= SPLIT_CHARS:
-            half = (room - len(MARK)) // 2
-            options.append([part(first, half), part(second, half)])
-        return max(options, key=self._value)  # the first of equals: fewer, longer parts
-
     def _point(self, a: int, b: int) -> int:
         """Where a window shrinks to: the first place of its rarest term."""
         best = (0.0, a)
@@ -356,33 +313,84 @@ class Excerpter:
                 best = (self.weights[stem], hits[i])
         return best[1]
 
-    def _grow(self) -> None:
-        """One more level past the largest: each window twice as large, placed where it
-        scores best while it holds the last one."""
+    def _grown(self, windows: list[Span], i: int) -> Span:
+        """Window `i` twice as large, placed where the windows score best while it holds
+        its last span."""
         n = len(self.text)
-        grown = []
-        for a, c in self.spans[-1]:
-            size = max(2 * (c - a), BASE_CHARS)
-            if size >= n:
-                grown.append((0, n))
+        a, c = windows[i]
+        size = max(2 * (c - a), BASE_CHARS)
+        if size >= n:
+            return (0, n)
+        lo, hi = max(0, c - size), max(0, min(a, n - size))
+        lo = min(lo, hi)
+        # The last span a quarter into the new one (an answer tends to follow the words
+        # that lead to it), unless another placement scores higher.
+        preferred = max(lo, min(hi, a - (size - (c - a)) // 2))
+        tries = sorted({lo + (hi - lo) * k // (GROW_TRIES - 1) for k in range(GROW_TRIES)}
+                       | {preferred}, key=lambda s: abs(s - preferred))
+        best: tuple[float, int, int] | None = None
+        for s in tries:
+            start = _snap_start(self.text, s, 0)
+            end = max(c, _snap_end(self.text, s + size, c))
+            value = self._value([*windows[:i], (start, end), *windows[i + 1:]])
+            if best is None or value > best[0]:
+                best = (value, start, end)
+        assert best is not None
+        return best[1], best[2]
+
+    def _opened(self, windows: list[Span], size: int) -> tuple[float, Span] | None:
+        """The best new window of `size` apart from `windows`, and the value of all."""
+        text, floor = self.text, self.floor
+        counts = {stem: sum(bisect_left(hits, b) - bisect_left(hits, a) for a, b in windows)
+                  for stem, hits in self.occ.items()}
+        sent = max((self.meaning.score(a, b) for a, b in windows), default=0.0
+                   ) if self.meaning else 0.0
+        places: list[int] = []
+        for hits in self.occ.values():
+            places += hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]
+        if self.meaning is not None:
+            places += self.meaning.best_starts()
+        best: tuple[float, Span] | None = None
+        step, last = max(1, size // WINDOW_STEP), -size
+        for h in sorted(places):
+            if h < floor or h - last < step or any(a <= h < b for a, b in windows):
                 continue
-            lo, hi = max(0, c - size), max(0, min(a, n - size))
-            lo = min(lo, hi)
-            # The last window a quarter into the new one (an answer tends to follow the
-            # words that lead to it), unless another placement scores higher.
-            preferred = max(lo, min(hi, a - (size - (c - a)) // 4))
-            tries = sorted({lo + (hi - lo) * i // (GROW_TRIES - 1) for i in range(GROW_TRIES)}
-                           | {preferred}, key=lambda s: abs(s - preferred))
-            best: tuple[float, int, int] | None = None
-            for s in tries:
-                start = _snap_start(self.text, s, 0)
-                end = max(c, _snap_end(self.text, s + size, c))
-                value = self._value([(start, end)])
+            last = h
+            for lead in (size // 4, size // 2):
+                start = _snap_start(text, max(floor, h - lead), floor)
+                start = min(start, max(floor, len(text) - size))
+                end = _snap_end(text, start + size, start + size // 2)
+                if any(start < b and a < end for a, b in windows):
+                    continue
+                value = 0.0
+                for stem, hits in self.occ.items():
+                    k = counts[stem] + bisect_left(hits, end) - bisect_left(hits, start)
+                    if k:
+                        value += self.weights[stem] * (1 + math.log(min(k, TERM_CAP)))
+                if self.meaning is not None:
+                    value += max(sent, self.meaning.score(start, end))
                 if best is None or value > best[0]:
-                    best = (value, start, end)
-            assert best is not None
-            grown.append((best[1], best[2]))
-        self.levels.append(2 * self.levels[-1])
+                    best = (value, (start, end))
+        return best
+
+    def _grow(self) -> None:
+        """One more level, twice the room: the windows grown, or one more window."""
+        n = len(self.text)
+        windows = list(self.spans[-1])
+        room = 2 * self.room[-1]
+        grown = [w if w[0] == w[1] else self._grown(windows, i)
+                 for i, w in enumerate(windows)]
+        live = sum(a < b for a, b in windows)
+        opened = (self._opened(windows, self.room[-1]) if live < MAX_WINDOWS
+                  and grown != [(0, n)] * len(grown) else None)
+        if opened is not None and opened[0] > self._value(grown):
+            a, b = opened[1]
+            point = self._point(a, b)
+            for spans in self.spans:
+                spans.append((point, point))
+            grown = [*windows, (a, b)]
+        self.room.append(room)
+        self.levels.append(self._growth(room))
         self.spans.append(grown)
 
     def _windows(self, t: int) -> list[Span]:
@@ -410,13 +418,14 @@ class Excerpter:
         whose windows overlap)."""
         self._prepare()
         text = self.text
-        tracks = len(self.spans[0])
-        head = min(self.head_chars, t // 4) if tracks else t
-        if budget is not None and tracks:
+        found = self.levels != [0]
+        head = min(self.head_chars, t // 4) if found else t
+        if budget is not None and found:
             head = min(head, budget // 4)
         head_end = _snap_end(text, head, head // 2)
+        live = [w for w in self._windows(t) if w[0] < w[1]] if found else []
         windows: list[Span] = []
-        for a, b in sorted(self._windows(t)) if tracks else ():
+        for a, b in sorted(live):
             a = max(a, head_end)
             if b <= a:
                 continue
@@ -425,7 +434,7 @@ class Excerpter:
             else:
                 windows.append((a, b))
         spans = [(0, head_end), *windows]
-        return spans, sum(b - a for a, b in spans) + tracks * len(MARK) + len(END)
+        return spans, sum(b - a for a, b in spans) + len(live) * len(MARK) + len(END)
 
     def at(self, budget: int) -> Excerpt:
         """The excerpt within `budget` characters: whole if it fits, else the largest
@@ -462,11 +471,7 @@ class Excerpter:
 
 
 def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
-            near: list[tuple[int, int, float]] | None = None, start: int = 0,
-            most: int | None = None) -> Excerpt:
-    """Fit `text` into `budget` characters: whole if it fits, else head + best window(s).
-    `most`: the largest budget the same text and question may be given (an ask's file
-    budget): the excerpt then holds, and is held by, those at every other budget up to
-    `most` (see Excerpter); by default the best for this budget alone."""
-    return Excerpter(text, question, head_chars, near, start,
-                     budget if most is None else most).at(budget)
+            near: list[tuple[int, int, float]] | None = None, start: int = 0) -> Excerpt:
+    """Fit `text` into `budget` characters: whole if it fits, else head + window(s); at a
+    larger budget, the same and more (see Excerpter)."""
+    return Excerpter(text, question, head_chars, near, start).at(budget)

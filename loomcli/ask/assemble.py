@@ -236,10 +236,10 @@ def _fit(hit: Hit, text: str, question: str, budget: int, share: int | None, hea
     its budget), down to the minimum block, never below it."""
     chars = budget
     cost = 0
-    # One excerpter for every try, told the largest budget: what a smaller share sends is
-    # inside what a larger one sends (a larger window never sends less of the answer).
+    # One excerpter for every try (the text is scanned once): what a smaller share sends
+    # is inside what a larger one sends (a larger window never sends less of the answer).
     cutter = Excerpter(text, question, head_chars, near(hit.file_id, text) if near else None,
-                       body_start, _excerpt_chars(hit, budget, page_starts))
+                       body_start)
     for _ in range(SHRINK_TRIES):
         block, part, pages = _block(hit, text, chars, cutter, page_starts)
         cost = estimate(block) + 1
