@@ -228,12 +228,25 @@ def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float]
 
 
 def _snap_forward(text: str, start: int, ceil: int) -> int:
-    """Move a window start forward to the next line start, when one is near (never past
-    `ceil`)."""
+    """Move a growing window's start forward to the next line start, when one is near
+    (never past `ceil`, its last start: a part of a line is not added)."""
     if start <= 0 or text[start - 1] == "\n":
         return start
     nl = text.find("\n", start, min(ceil, start + SNAP_CHARS))
-    return nl + 1 if nl >= 0 else start
+    if nl >= 0:
+        return nl + 1
+    return ceil if ceil - start < SNAP_CHARS else start
+
+
+def _snap_back(text: str, end: int, floor: int) -> int:
+    """Move a growing window's end back to just after a newline, when one is near (never
+    before `floor`, its last end: a part of a line is not added)."""
+    if end >= len(text):
+        return len(text)
+    nl = text.rfind("\n", max(floor, end - SNAP_CHARS), end)
+    if nl >= 0:
+        return nl + 1
+    return floor if end - floor < SNAP_CHARS else end
 
 
 class Excerpter:
@@ -331,7 +344,7 @@ class Excerpter:
         best: tuple[float, int, int] | None = None
         for s in tries:
             start = _snap_start(self.text, s, 0)
-            end = max(c, _snap_end(self.text, s + size, c))
+            end = _snap_back(self.text, s + size, c)
             value = self._value([*windows[:i], (start, end), *windows[i + 1:]])
             if best is None or value > best[0]:
                 best = (value, start, end)
@@ -406,7 +419,7 @@ class Excerpter:
         out = []
         for (a0, c0), (a1, c1) in zip(self.spans[k - 1], self.spans[k], strict=True):
             start = _snap_forward(self.text, a0 - int((a0 - a1) * frac), a0)
-            out.append((start, max(c0, _snap_end(self.text, c0 + int((c1 - c0) * frac), c0))))
+            out.append((start, _snap_back(self.text, c0 + int((c1 - c0) * frac), c0)))
         return out
 
     # -- one budget -------------------------------------------------------------------------
