@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -128,15 +132,18 @@ WORDS = ["loom", "warp", "weft", "heddle", "shuttle", "madder", "indigo", "vat",
 
 @st.composite
 def documents(draw: st.DrawFn) -> str:
-    # Mostly filler, so that the question's words sit in a few places (or many).
-    filler = ["lorem", "ipsum", "dolor", "sit", "amet"] * draw(st.integers(0, 40))
-    words = draw(st.lists(st.sampled_from(WORDS + filler), min_size=50, max_size=3000))
-    breaks = draw(st.lists(st.integers(min_value=3, max_value=25), min_size=1, max_size=40))
-    lines, i, n = [], 0, 0
-    while i < len(words):
-        step = breaks[n % len(breaks)]
-        lines.append(" ".join(words[i:i + step]))
-        i, n = i + step, n + 1
+    """Filler lines with the question's words on a few of them, in one place or several
+    (or on most lines)."""
+    filler = ["lorem", "ipsum", "dolor", "sit", "amet", "the", "of", "and"]
+    rare = draw(st.integers(1, 60))  # one line in `rare` holds question words
+    lines = []
+    for n in range(draw(st.integers(5, 400))):
+        width = draw(st.integers(2, 14))
+        pool = WORDS if draw(st.integers(0, rare)) == 0 else filler
+        lines.append(" ".join(draw(st.lists(st.sampled_from(pool), min_size=width,
+                                            max_size=width))))
+        if n and draw(st.integers(0, 30)) == 0:  # now and then a long paragraph line
+            lines[-1] += " " + " ".join(filler * draw(st.integers(5, 40)))
     return "\n".join(lines) + "\n"
 
 
@@ -174,17 +181,25 @@ def test_one_excerpter_asked_at_many_budgets_is_the_same_as_one_call_each():
         assert (cutter.at(budget).text, cutter.at(budget).spans) == (alone.text, alone.spans)
 
 
-def test_a_window_grows_around_what_a_smaller_budget_chose():
-    """Two places answer the question: a small budget picks the one dense in the rare term,
-    and a larger budget, which today would pick the other (more of the terms, spread over a
-    larger stretch), keeps the first and grows around it."""
-    rare = "The shed angle of the countermarch loom is twelve degrees at the front.\n"
-    spread = "".join(f"Line {i}: the countermarch loom treadle tie-up {i}, shed height.\n"
-                     if i % 6 == 0 else f"Line {i} weaving and looms, nothing particular.\n"
-                     for i in range(120))
-    text = FILLER[:6000] + rare + FILLER[6000:16000] + spread + FILLER[16000:]
-    question = "countermarch loom shed angle"
-    small = excerpt(text, question, 1500)
-    assert "shed angle of the countermarch" in small.text
-    for budget in range(1600, 9000, 400):
-        assert "shed angle of the countermarch" in excerpt(text, question, budget).text
+KERNEL_DOCS = Path("/usr/share/doc/linux-doc-6.1/Documentation")
+
+
+@pytest.mark.parametrize(("path", "question", "answer", "budget"), [
+    # tests/bench/bench_window.py, questions 8 and 9: sent at a 4k window (these excerpt
+    # budgets), lost at 8k when a larger budget chose its windows anew.
+    ("networking/ip-sysctl.rst.gz",
+     "Let a normal user's program listen on port 80 without being root",
+     "ip_unprivileged_port_start", 1752),
+    ("admin-guide/sysctl/kernel.rst.gz",
+     "Turn off the random placement of program memory so debugging is repeatable",
+     "randomize_va_space", 1785),
+])
+def test_the_answers_a_4k_window_sent_stay_at_every_larger_budget(path, question, answer,
+                                                                  budget):
+    source = KERNEL_DOCS / path
+    if not source.exists():
+        pytest.skip(f"{source} is not installed (Debian's linux-doc-6.1)")
+    text = gzip.decompress(source.read_bytes()).decode()
+    assert answer in excerpt(text, question, budget).text
+    for larger in range(budget + 100, 8000, 100):
+        assert answer in excerpt(text, question, larger).text, larger
