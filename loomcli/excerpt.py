@@ -26,7 +26,7 @@ SNAP_CHARS = 200  # how far a cut may move back to land on a line end
 # or an ask must not grow with a 200 MB log (a longer text is cut there, and says so).
 SCAN_BYTES = 16 << 20
 CANDIDATES_PER_TERM = 2000  # window starts tried around one term's occurrences
-WINDOW_STEP = 8  # window starts closer than 1/8 of the window's size are not both tried
+WINDOW_STEP = 4  # window starts closer than 1/4 of the window's size are not both tried
 SEMANTIC_SHARE = 4.0  # closest passage vs all question terms: chosen on the eval set
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -182,7 +182,7 @@ class _Meaning:
 # Nested excerpts (Excerpter): levels of room doubling from BASE_CHARS, each holding the last.
 BASE_CHARS = 600  # the first level's window; below it, it shrinks to a point
 MAX_WINDOWS = 3  # windows opened at most (each costs a [...] mark)
-GROW_TRIES = 9  # placements tried when a window doubles
+GROW_TRIES = 5  # placements tried when a window doubles
 END = MARK.rstrip("\n")  # the mark after the last span when the text goes on
 Span = tuple[int, int]
 
@@ -276,6 +276,7 @@ class Excerpter:
         # (a window opened at a level is its point at the levels below).
         self.levels: list[int] = []
         self.spans: list[list[Span]] = []
+        self.places: list[int] = []  # where new windows are tried (sorted, once)
 
     # -- the levels --------------------------------------------------------------------
 
@@ -356,16 +357,20 @@ class Excerpter:
         text, floor = self.text, self.floor
         counts = {stem: sum(bisect_left(hits, b) - bisect_left(hits, a) for a, b in windows)
                   for stem, hits in self.occ.items()}
+        if self.meaning is None and min(counts.values()) >= TERM_CAP:
+            return None  # every term counts in full already: another window adds nothing
         sent = max((self.meaning.score(a, b) for a, b in windows), default=0.0
                    ) if self.meaning else 0.0
-        places: list[int] = []
-        for hits in self.occ.values():
-            places += hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]
-        if self.meaning is not None:
-            places += self.meaning.best_starts()
+        if not self.places:
+            for hits in self.occ.values():
+                self.places += hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]
+            if self.meaning is not None:
+                self.places += self.meaning.best_starts()
+            self.places.sort()
         best: tuple[float, Span] | None = None
-        step, last = max(1, size // WINDOW_STEP), -size
-        for h in sorted(places):
+        # A window opened beside others: one start per quarter of its size is tried.
+        step, last = max(1, size // 4), -size
+        for h in self.places:
             if h < floor or h - last < step or any(a <= h < b for a, b in windows):
                 continue
             last = h
@@ -458,9 +463,11 @@ class Excerpter:
         elif self._spans(0)[1] > budget:  # not even the marks fit
             out = Excerpt("", [(0, 0)], cut=True)
         else:
+            # A growth too large, to search below: found in small steps (the levels past it
+            # are not worked out).
             low, high = 0, max(1, budget)
-            while self._spans(high)[1] <= budget:  # a growth too large, to search below
-                low, high = high, 2 * high
+            while self._spans(high)[1] <= budget:
+                low, high = high, high + max(64, high // 8)
             while high - low > 1:
                 mid = (low + high) // 2
                 if self._spans(mid)[1] <= budget:
