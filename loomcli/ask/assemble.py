@@ -241,7 +241,8 @@ def _fit(hit: Hit, text: str, question: str, budget: int, share: int | None, hea
     cutter = Excerpter(text, question, head_chars, near(hit.file_id, text) if near else None,
                        body_start)
     for _ in range(SHRINK_TRIES):
-        block, part, pages = _block(hit, text, chars, cutter, page_starts)
+        block, part, pages = _block(hit, text, question, chars, head_chars, near,
+                                    page_starts, body_start, cutter)
         cost = estimate(block) + 1
         if share is None or cost <= share:
             return (block, part, pages, cost), chars, cost
@@ -251,22 +252,20 @@ def _fit(hit: Hit, text: str, question: str, budget: int, share: int | None, hea
     return None, chars, cost
 
 
-def _header(hit: Hit, chars: int, label: str) -> str:
-    return f"## [{hit.path}{label}] {hit.title}".rstrip()[:max(60, chars // 2)] + "\n"
-
-
-def _excerpt_chars(hit: Hit, chars: int, page_starts: list[int] | None) -> int:
-    """The excerpt's room in a block of `chars` characters. The page label depends on
-    the excerpt and the excerpt's room on the header: room is kept for the longest
-    label."""
-    return max(1, chars - len(_header(hit, chars, " " + "p" * LABEL_CHARS if page_starts
-                                       else "")) - 1)
-
-
-def _block(hit: Hit, text: str, chars: int, cutter: Excerpter, page_starts: list[int] | None
-           ) -> tuple[str, Any, list[int]]:
-    """`## [path p. N] title` and the excerpt of `text`, within `chars` characters."""
-    part = cutter.at(_excerpt_chars(hit, chars, page_starts))
+def _block(hit: Hit, text: str, question: str, chars: int, head_chars: int,
+           near: Near | None, page_starts: list[int] | None, body_start: int = 0,
+           cutter: Excerpter | None = None) -> tuple[str, Any, list[int]]:
+    """`## [path p. N] title` and the excerpt, within `chars` characters (`cutter`: the
+    file's excerpter, when it is fitted at several sizes)."""
+    header_room = max(60, chars // 2)
+    # The page label depends on the excerpt and the excerpt's room on the header: room
+    # is kept for the longest label.
+    longest = " " + "p" * LABEL_CHARS if page_starts else ""
+    provisional = f"## [{hit.path}{longest}] {hit.title}".rstrip()[:header_room] + "\n"
+    if cutter is None:
+        cutter = Excerpter(text, question, head_chars,
+                           near(hit.file_id, text) if near else None, body_start)
+    part = cutter.at(max(1, chars - len(provisional) - 1))
     pages: list[int] = []
     label = ""
     if page_starts:
@@ -275,6 +274,7 @@ def _block(hit: Hit, text: str, chars: int, cutter: Excerpter, page_starts: list
             pages.extend(range(first, bisect_right(page_starts, max(a, a + n - 1)) + 1))
         pages = sorted(set(pages))
         label = " " + page_label(pages)
-        if len(label) > LABEL_CHARS + 1:
+        if len(label) > len(longest):
             label = f" pp. {pages[0]}-{pages[-1]}"
-    return _header(hit, chars, label) + part.text.rstrip("\n") + "\n", part, pages
+    header = f"## [{hit.path}{label}] {hit.title}".rstrip()[:header_room] + "\n"
+    return header + part.text.rstrip("\n") + "\n", part, pages
