@@ -5,8 +5,10 @@ quarter of the budget) plus the part that best answers the question (where the a
 is). Windows are scored by the question's terms, each weighted by its rarity inside this
 file (a word on every page says little about where the answer is), with crude prefix
 stemming that works across languages and a cap on how often one term counts. When the
-question's terms sit in two places, two half-size windows can beat one. Cuts snap to
-line ends and are marked `[...]`.
+question's terms sit in two places, two windows can beat one. A larger budget's excerpt
+holds a smaller one's (Excerpter: the windows grow, or one more opens, never chosen anew),
+so a larger window never sends less of the answer. Cuts snap to line ends and are marked
+`[...]`.
 """
 
 from __future__ import annotations

