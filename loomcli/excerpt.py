@@ -190,42 +190,37 @@ Span = tuple[int, int]
 
 
 def _best_window(text: str, occ: dict[str, list[int]], weights: dict[str, float],
-                 floor: int, size: int, only: set[str] | None = None,
-                 meaning: _Meaning | None = None, ceil: int | None = None
-                 ) -> tuple[float, int, int, set[str]]:
-    """The best window of `size` characters inside [floor, ceil): its score, start, end
-    and the terms it holds."""
-    limit = len(text) if ceil is None else ceil
-    best = (0.0, floor, min(limit, floor + size), set[str]())
+                 floor: int, size: int, meaning: _Meaning | None = None
+                 ) -> tuple[float, int, int]:
+    """The best window of `size` characters from `floor` on: its score, start and end."""
+    best = (0.0, floor, min(len(text), floor + size))
     seen: set[int] = set()
     places: list[int] = []
-    for stem, hits in occ.items():
-        if only is None or stem in only:
-            # A term on every line of a huge log: try evenly spread places, not all.
-            places += hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]
-    if meaning is not None and only is None:
+    for hits in occ.values():
+        # A term on every line of a huge log: try evenly spread places, not all.
+        places += hits[::max(1, len(hits) // CANDIDATES_PER_TERM)]
+    if meaning is not None:
         places += meaning.best_starts()
     # Windows that start a few lines apart score alike: try one per WINDOW_STEP of the
     # window's size (a term on every line of a long file costs tens of tries, not
     # thousands).
     step, last = max(1, size // WINDOW_STEP), -size
     for h in sorted(places):
-        if h < floor or h >= limit or h - last < step:
+        if h < floor or h - last < step:
             continue
         last = h
         for lead in (size // 4, size // 2):
             start = _snap_start(text, max(floor, h - lead), floor)
-            start = min(start, max(floor, limit - size))
+            start = min(start, max(floor, len(text) - size))
             if start in seen:
                 continue
             seen.add(start)
-            end = (limit if start + size >= limit
-                   else _snap_end(text, start + size, start + size // 2))
-            score, present = _score(occ, weights, start, end, only)
-            if meaning is not None and only is None:
+            end = _snap_end(text, start + size, start + size // 2)
+            score = _score(occ, weights, start, end)[0]
+            if meaning is not None:
                 score += meaning.score(start, end)
             if score > best[0]:
-                best = (score, start, end, present)
+                best = (score, start, end)
     return best
 
 
@@ -297,8 +292,8 @@ class Excerpter:
             return  # the head alone, grown with the budget
         self.weights = _weights(self.occ, len(text))
         self.meaning = _Meaning(near, self.weights) if near else None
-        _, start, end, _ = _best_window(text, self.occ, self.weights, floor, BASE_CHARS,
-                                        meaning=self.meaning)
+        _, start, end = _best_window(text, self.occ, self.weights, floor, BASE_CHARS,
+                                     self.meaning)
         point = self._point(start, end)
         self.room = [0, BASE_CHARS]
         self.levels = [0, self._growth(BASE_CHARS)]
