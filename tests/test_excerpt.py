@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,3 +118,88 @@ def test_occurrences_are_every_word_start(text, stems):
     from loomcli.excerpt import _occurrences
 
     assert _occurrences(text.lower(), stems, text) == _occurrences_by_definition(text, stems)
+
+
+# -- a larger budget never sends less -------------------------------------------------------
+
+def covered(spans: list[tuple[int, int]]) -> set[int]:
+    return {i for a, b in spans for i in range(a, b)}
+
+
+WORDS = ["loom", "warp", "weft", "heddle", "shuttle", "madder", "indigo", "vat", "beam",
+         "tension", "gauge", "reed", "the", "of", "and", "panic_on_oops", "maxUserWatches"]
+
+
+@st.composite
+def documents(draw: st.DrawFn) -> str:
+    """Filler lines with the question's words on a few of them, in one place or several
+    (or on most lines)."""
+    filler = ["lorem", "ipsum", "dolor", "sit", "amet", "the", "of", "and"]
+    rare = draw(st.integers(1, 60))  # one line in `rare` holds question words
+    lines = []
+    for n in range(draw(st.integers(5, 400))):
+        width = draw(st.integers(2, 14))
+        pool = WORDS if draw(st.integers(0, rare)) == 0 else filler
+        lines.append(" ".join(draw(st.lists(st.sampled_from(pool), min_size=width,
+                                            max_size=width))))
+        if n and draw(st.integers(0, 30)) == 0:  # now and then a long paragraph line
+            lines[-1] += " " + " ".join(filler * draw(st.integers(5, 40)))
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=documents(),
+       question=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join),
+       budgets=st.lists(st.integers(min_value=40, max_value=9000), min_size=2, max_size=4),
+       head=st.integers(min_value=0, max_value=1500),
+       front=st.integers(min_value=0, max_value=400),
+       near=st.lists(st.tuples(st.integers(0, 20_000), st.integers(50, 1500),
+                               st.floats(0, 1)), max_size=6))
+def test_a_larger_budget_sends_everything_a_smaller_one_sent(text, question, budgets, head,
+                                                             front, near):
+    """Per file and question, at any budgets b1 < b2, what b1 sends is inside what b2
+    sends."""
+    passages = [(a, a + n, s) for a, n, s in near]
+    front = min(front, len(text))
+    sent = [excerpt(text, question, b, head, passages, start=front)
+            for b in sorted(budgets)]
+    for smaller, larger in zip(sent, sent[1:], strict=False):
+        assert covered(smaller.spans) <= covered(larger.spans)
+    for b, part in zip(sorted(budgets), sent, strict=True):
+        assert len(part.text) <= b
+        for a, z in part.spans:
+            assert front <= a <= z <= len(text) and text[a:z] in part.text
+
+
+def test_one_excerpter_asked_at_many_budgets_is_the_same_as_one_call_each():
+    from loomcli.excerpt import Excerpter
+
+    text = FILLER[:9000] + "\nThe madder vat must stay below sixty degrees.\n" + FILLER[9000:]
+    cutter = Excerpter(text, "madder vat degrees", 1200)
+    for budget in (100, 700, 2500, 6000, 9000, 40_000):
+        alone = excerpt(text, "madder vat degrees", budget, 1200)
+        assert (cutter.at(budget).text, cutter.at(budget).spans) == (alone.text, alone.spans)
+
+
+KERNEL_DOCS = Path("/usr/share/doc/linux-doc-6.1/Documentation")
+
+
+@pytest.mark.parametrize(("path", "question", "answer", "budget"), [
+    # tests/bench/bench_window.py, questions 8 and 9: sent at a 4k window (these excerpt
+    # budgets), lost at 8k when a larger budget chose its windows anew.
+    ("networking/ip-sysctl.rst.gz",
+     "Let a normal user's program listen on port 80 without being root",
+     "ip_unprivileged_port_start", 1752),
+    ("admin-guide/sysctl/kernel.rst.gz",
+     "Turn off the random placement of program memory so debugging is repeatable",
+     "randomize_va_space", 1785),
+])
+def test_the_answers_a_4k_window_sent_stay_at_every_larger_budget(path, question, answer,
+                                                                  budget):
+    source = KERNEL_DOCS / path
+    if not source.exists():
+        pytest.skip(f"{source} is not installed (Debian's linux-doc-6.1)")
+    text = gzip.decompress(source.read_bytes()).decode()
+    assert answer in excerpt(text, question, budget).text
+    for larger in range(budget + 100, 8000, 100):
+        assert answer in excerpt(text, question, larger).text, larger

