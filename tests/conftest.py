@@ -150,3 +150,27 @@ def scanned_with_meaning(home: Path, notes: Path, loom: Any) -> Path:
         if old is not None:
             os.environ["LOOM_HOME"] = old
     return home
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Any:
+    """A real PostgreSQL for the session (tests/pg.py), stopped at its end; the tests that
+    use it skip, with the reason, where none can be started."""
+    from tests import pg
+
+    why = pg.reason()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        server = pg.start_server()
+    except RuntimeError as exc:
+        pytest.skip(f"PostgreSQL could not be started: {exc}")
+    yield server
+    server.stop()
+    shutil.rmtree(server.base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """The url of a new, empty database on the session's PostgreSQL."""
+    return str(pg_server.create_db())
