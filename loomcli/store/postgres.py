@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli.errors import BusyError, IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
@@ -39,17 +39,13 @@ from loomcli.migrations import (
 )
 from loomcli.store import postgres_words as bm
 from loomcli.store import sqlite as lite
-from loomcli.store.sqlite import (
-    FILE_MASK,
-    GREP_BLOCK_CHARS,
-    RUN_BYTES,
-    FileInfo,
-    FileRow,
-    Hit,
-    Root,
-    quote_fts,
-    utf8_len,
-)
+from loomcli.store.rows import FileInfo, FileRow, Root
+from loomcli.store.sqlite import FILE_MASK, GREP_BLOCK_CHARS, RUN_BYTES
+from loomcli.text import utf8_len
+
+if TYPE_CHECKING:
+    from loomcli.text import Query
+    from loomcli.trigrams import Need
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 FILE_WEIGHTS = (TITLE_WEIGHT, BODY_WEIGHT, GRAMS_WEIGHT)  # title, body, grams
@@ -193,32 +189,13 @@ def explain(exc: Exception, url: str) -> IndexStateError:
                            "are right ([store] url, LOOM_DATABASE_URL)")
 
 
-class _Conn:
-    """The few calls today's indexer makes on `store.conn` (BEGIN IMMEDIATE, COMMIT,
-    ROLLBACK, in_transaction), in PostgreSQL's words."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        word = sql.split()[0].upper()
-        return self._conn.execute("BEGIN" if word == "BEGIN" else sql, params or None)
-
-    @property
-    def in_transaction(self) -> bool:
-        from psycopg.pq import TransactionStatus
-
-        return bool(self._conn.info.transaction_status != TransactionStatus.IDLE)
-
-
 class PostgresStore:
     """The index in one PostgreSQL database (its url: `[store] url`)."""
 
     def __init__(self, conn: Any, url: str) -> None:
         self.pg = conn
         self.url = url
-        self.conn = _Conn(conn)
-        self.path = Path(shown_url(url))  # what messages and caches call the index
+        self.shown = shown_url(url)  # what messages call the index
         self._roots: list[Root] | None = None
         self._stats: dict[str, tuple[int, int]] = {}
 
@@ -263,16 +240,46 @@ class PostgresStore:
     def _q(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         return self.pg.execute(sql, params)
 
+    @property
+    def location(self) -> str:
+        return self.url
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        self._q("BEGIN")
+        self.begin()
         try:
             yield
         except BaseException:
-            if self.conn.in_transaction:
-                self._q("ROLLBACK")
+            self.rollback()
             raise
+        self.commit()
+
+    def begin(self) -> None:
+        self._q("BEGIN")
+
+    def commit(self) -> None:
         self._q("COMMIT")
+
+    def rollback(self) -> None:
+        if self.in_transaction:
+            self._q("ROLLBACK")
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return bool(self.pg.info.transaction_status != TransactionStatus.IDLE)
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """PostgreSQL's errors inside (the server gone, a full disk, a lost connection)
+        as one line saying what to do."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise explain(exc, self.url) from None
 
     # -- locks (locks.py's, as advisory locks) --------------------------------------------
 
@@ -282,9 +289,9 @@ class PostgresStore:
         back by the server when the process dies."""
         if not self._q("SELECT pg_try_advisory_lock(%s)", (WRITE_LOCK,)).fetchone()[0]:
             if on_wait is None:
-                raise BusyError(f"another loom scan is writing to {self.path}",
+                raise BusyError(f"another loom scan is writing to {self.shown}",
                                 "wait for it to finish and try again")
-            on_wait(f"another loom scan is writing to {self.path}; waiting for it to "
+            on_wait(f"another loom scan is writing to {self.shown}; waiting for it to "
                     "finish…")
             self._q("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
         try:
@@ -294,6 +301,12 @@ class PostgresStore:
 
     def building(self) -> bool:
         return False  # the trigram index is kept by the server, as texts are written
+
+    def take_builder_lock(self) -> int | None:
+        return None  # nothing is left for a builder: grams_pending is always empty
+
+    def builder_turns(self) -> _Turns:
+        return _Turns(self)
 
     # -- roots and display paths ---------------------------------------------------------
 
@@ -308,13 +321,6 @@ class PostgresStore:
     def on_disk(self, path: str | Path) -> tuple[Root, str] | None:
         return lite.Store.on_disk(self, path)  # type: ignore[arg-type]
 
-    def hits(self, ranked: list[tuple[int, float]], query: str,
-             near: dict[int, int] | None = None) -> list[Hit]:
-        return lite.Store.hits(self, ranked, query, near)  # type: ignore[arg-type]
-
-    def search(self, query: str, limit: int, operator: str = "auto",
-               among: Sequence[int] | None = None, prefix: bool = False) -> list[Hit]:
-        return self.hits(self.rank(query, limit, operator, among, prefix), query)
 
     def roots(self) -> list[Root]:
         if self._roots is None:
@@ -570,7 +576,7 @@ class PostgresStore:
         self._q("SELECT count(*) FROM docs").fetchone()
 
     def optimize(self) -> None:
-        if not self.conn.in_transaction:
+        if not self.in_transaction:
             self._q("ANALYZE")
 
     # -- grep's trigram index: the server keeps it as blocks are written -----------------
@@ -592,11 +598,10 @@ class PostgresStore:
             "SELECT start, line FROM blocks WHERE file_id = %s ORDER BY n", (file_id,))]
         return rows if len(rows) > 1 else None
 
-    def candidates(self, match: str) -> dict[int, set[int] | None]:
-        """The blocks that may hold a match of the trigram expression `match` (an FTS5
-        trigram query, trigrams.query_for): each trigram as an ILIKE the pg_trgm index
-        answers; case-folded as FTS5's trigram tokenizer is."""
-        where, params = _ilike(match)
+    def candidates(self, need: Need) -> dict[int, set[int] | None]:
+        """The blocks that may hold a match: those holding each literal `need` requires
+        (trigrams.required), asked as ILIKE of the pg_trgm GIN index. One statement."""
+        where, params = _condition(need)
         found: dict[int, set[int] | None] = {}
         for fid, n in self._q(f"SELECT file_id, n FROM blocks WHERE {where}", params):
             blocks = found.setdefault(int(fid), set())
@@ -741,7 +746,7 @@ class PostgresStore:
 
     def _totals(self, table: str) -> tuple[int, int]:
         """(documents, tokens) of a BM25 table, as FTS5 keeps them."""
-        if table not in self._stats or self.conn.in_transaction:
+        if table not in self._stats or self.in_transaction:
             n, total = self._q(f"SELECT count(*), coalesce(sum(total), 0) FROM {table}_len"
                                ).fetchone()
             self._stats[table] = (int(n), int(total))
@@ -804,41 +809,24 @@ class PostgresStore:
                               for i in range(len(order)) if doc in found[i])
         return scores
 
-    def rank(self, query: str, limit: int, operator: str = "auto",
-             among: Sequence[int] | None = None, prefix: bool = False
+    def rank(self, query: Query, limit: int, among: Sequence[int] | None = None
              ) -> list[tuple[int, float]]:
-        if operator == "fill":
-            every = self.rank(query, limit, "AND", among, prefix)
-            if len(every) < limit:
-                seen = {fid for fid, _ in every}
-                every += [h for h in self.rank(query, limit, "OR", among, prefix)
-                          if h[0] not in seen]
-            return every[:limit]
-        for op in (("AND", "OR") if operator == "auto" else (operator,)):
-            match = quote_fts(query, op, prefix)
-            if not match:
-                return []
-            scores = self._bm25("fts", match, ("title", "body", "grams"), FILE_WEIGHTS, among)
-            if scores:
-                best = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-                return [(int(d), float(s)) for d, s in best]
-        return []
+        """(file id, BM25 score) best first, as FTS5 ranks the same query (its MATCH
+        written by the SQLite store, read back here)."""
+        scores = self._bm25("fts", lite.match_of(query), ("title", "body", "grams"),
+                            FILE_WEIGHTS, among)
+        best = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+        return [(int(d), float(s)) for d, s in best]
 
-    def rank_passages(self, query: str, limit: int, operator: str = "OR",
-                      among: Sequence[int] | None = None) -> list[tuple[int, int, float]]:
-        match = quote_fts(query, operator)
-        if not match:
-            return []
-        scores = self._bm25("chunk", match, ("body", "grams"), PASSAGE_WEIGHTS, among,
-                            doc_file=lambda d: d & FILE_MASK)
+    def rank_passages(self, query: Query, limit: int, among: Sequence[int] | None = None
+                      ) -> list[tuple[int, int, float]]:
+        scores = self._bm25("chunk", lite.match_of(query), ("body", "grams"),
+                            PASSAGE_WEIGHTS, among, doc_file=lambda d: d & FILE_MASK)
         best = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
         return [(int(d) & FILE_MASK, int(d) >> CHUNK_SHIFT, float(s)) for d, s in best]
 
-    def frequency(self, word: str, cap: int) -> int:
-        match = quote_fts(word)
-        if not match:
-            return 0
-        tree = bm.parse(match)
+    def frequency(self, query: Query, cap: int) -> int:
+        tree = bm.parse(lite.match_of(query))
         if tree is None:
             return 0
         order = bm.phrases(tree)
@@ -971,21 +959,50 @@ def _blocks(file_id: int, text: str) -> list[tuple[int, int, int, int, str]]:
     return rows
 
 
-_GRAM = re.compile(r'"((?:[^"]|"")*)"|(AND|OR|\(|\))')
+class _Turns:
+    """grep's index builder's turns (never needed here: the server indexes blocks as they
+    are written), as the write lock tried without waiting."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def take(self) -> bool:
+        return bool(self.store._q("SELECT pg_try_advisory_lock(%s)", (WRITE_LOCK,)
+                                  ).fetchone()[0])
+
+    def give_back(self) -> None:
+        self.store._q("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+
+    def close(self) -> None:
+        return None
 
 
-def _ilike(match: str) -> tuple[str, list[str]]:
-    """An FTS5 trigram expression (quoted trigrams, AND, OR, parentheses) as a condition
-    on `body`: each trigram an ILIKE the pg_trgm GIN index answers."""
-    parts: list[str] = []
-    params: list[str] = []
-    for m in _GRAM.finditer(match):
-        gram, word = m.groups()
-        if gram is not None:
-            literal = gram.replace('""', '"')
-            escaped = literal.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            parts.append("body ILIKE %s")
-            params.append(f"%{escaped}%")
-        else:
-            parts.append(word)
-    return " ".join(parts) or "true", params
+_ASCII_RUN = re.compile(r"[\x00-\x7f]{3,}")
+
+
+def _condition(need: Need | None) -> tuple[str, list[str]]:
+    """What grep's required literals ask of a block's `body`, as SQL: each literal an
+    ILIKE (case-folded, as the trigram index of the SQLite store is). Only a literal's
+    ASCII runs count: how PostgreSQL folds other letters depends on the database's
+    locale, and a requirement may only ever be dropped, never be wrong."""
+    if need is None:
+        return "true", []
+    kind, arg = need
+    if kind == "lit":
+        runs = _ASCII_RUN.findall(arg)
+        if not runs:
+            return "true", []
+        escaped = [r.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                   for r in runs]
+        return " AND ".join(["body ILIKE %s"] * len(runs)), [f"%{e}%" for e in escaped]
+    parts = [_condition(p) for p in arg]
+    if kind == "or" and any(sql == "true" for sql, _ in parts):
+        return "true", []
+    kept = [(sql, ps) for sql, ps in parts if sql != "true"]
+    if not kept:
+        return "true", []
+    joiner = " OR " if kind == "or" else " AND "
+    return joiner.join(f"({sql})" for sql, _ in kept), [p for _, ps in kept for p in ps]
+
+
+Store = PostgresStore  # what open_store (store/__init__.py) opens a server's url with
