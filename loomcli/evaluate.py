@@ -31,7 +31,7 @@ from loomcli.errors import LoomError, QueryError
 
 if TYPE_CHECKING:
     from loomcli.operations import Corpus
-    from loomcli.store import Store
+    from loomcli.store.seam import IndexStore as Store
 
 MODES = ("bm25", "semantic", "hybrid")
 RANK_DEPTH = 50  # ranks are looked for this far; a target further down is "not found"

@@ -2,11 +2,11 @@
 
 A file longer than its budget is sent as its head (what the document is: at most a
 quarter of the budget) plus the part that best answers the question (where the answer
-is). Windows are scored by the question's terms, each weighted by its rarity inside this
-file (a word on every page says little about where the answer is), with crude prefix
-stemming that works across languages and a cap on how often one term counts. When the
-question's terms sit in two places, two half-size windows can beat one. Cuts snap to
-line ends and are marked `[...]`.
+is). Windows are scored by the question's terms (text.terms: crude prefix stems that
+work across languages), each weighted by its rarity inside this file (a word on every
+page says little about where the answer is), with a cap on how often one term counts.
+When the question's terms sit in two places, two half-size windows can beat one. Cuts
+snap to line ends and are marked `[...]`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import re
 from bisect import bisect_left
 
 from loomcli.records import Record
+from loomcli.text import terms
 
 MARK = "\n[...]\n"
-STEM_CHARS = 6  # crude stemming: a term matches words that start with its first 6 letters
 TERM_CAP = 3  # one term counts at most this many times in a window
 BLOCK_CHARS = 600  # rarity of a term = in how many such blocks of the file it occurs
 SNAP_CHARS = 200  # how far a cut may move back to land on a line end
@@ -29,27 +29,6 @@ CANDIDATES_PER_TERM = 2000  # window starts tried around one term's occurrences
 WINDOW_STEP = 8  # window starts closer than 1/8 of the window's size are not both tried
 SEMANTIC_SHARE = 4.0  # closest passage vs all question terms: chosen on the eval set
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-# Where an identifier splits into parts: underscores, letter-digit edges, camelCase.
-_SPLIT = re.compile(r"_+|(?<=\D)(?=\d)|(?<=\d)(?=\D)|(?<=[a-z])(?=[A-Z])")
-# Function words of a few languages: they say nothing about where an answer is.
-_FUNCTION_WORDS = """
-a about above after again all also am an and any are as at be because been before being
-below between both but by can could did do does doing down during each few for from
-further had has have having he her here hers him his how i if in into is it its itself
-just me more most my no nor not now of off on once only or other our out over own same
-she should so some such than that the their them then there these they this those
-through to too under until up very was we were what when where which while who whom why
-will with would you your yours tell explain describe show give list say says said use
-used using get gets le la les un une des du de et est en que qui dans pour pas sur au
-der die das und ist ein eine nicht mit von zu den im el los las y es por con para se
-il lo gli di che non una uno per con mi ti ci si del della dello dei delle nel nella
-negli al alla ai agli dal dalla su sul sulla come cosa dove quando quale quali quanto
-quanta perché posso puoi può faccio fare fa sono essere ho hai ha questo questa quello
-quella ogni anche più ma se tra fra invece o e è
-"""
-STOPWORDS = frozenset(_FUNCTION_WORDS.split())
-
 
 class Excerpt(Record):
     __slots__ = ("text", "spans", "cut")
@@ -58,29 +37,6 @@ class Excerpt(Record):
         self.text = text
         self.spans = spans  # character ranges used
         self.cut = cut
-
-
-def retrieval_query(question: str) -> str:
-    """The question without its function words (what BM25 ranks a question by)."""
-    words = [w for w in question.split() if w.lower().strip("?!.,;:()\"'") not in STOPWORDS]
-    return " ".join(words) or question
-
-
-def terms(question: str) -> list[str]:
-    """The question's content words as lower-case stems, in order, without repeats. An
-    identifier counts as its parts too: `panic_on_oops` → panic, oops; `maxUserWatches`
-    → max, user, watches (dotted and path-like names are split as words already)."""
-    out: list[str] = []
-    for token in _WORD.findall(question):
-        parts = [token] + [p for p in _SPLIT.split(token) if len(p) >= 3 and p != token]
-        for word in (p.lower() for p in parts):
-            word = word.strip("_")
-            if not word or word in STOPWORDS or (len(word) < 3 and not word.isdigit()):
-                continue
-            stem = word[:STEM_CHARS]
-            if stem not in out:
-                out.append(stem)
-    return out
 
 
 def _occurrences(lower: str, stems: list[str], text: str | None = None

@@ -16,12 +16,13 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from loomcli.errors import QueryError
 from loomcli.records import Record
-from loomcli.store import Store
-from loomcli.trigrams import query_for
+from loomcli.trigrams import required
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
+
+    from loomcli.store.seam import IndexStore as Store
 
 RE2_MAX_MEM = 64 << 20  # the compiled program and the DFA's state cache
 # A pattern is first compiled within this budget alone: RE2 stops compiling as soon as
@@ -461,7 +462,7 @@ def matches(store: Store, pattern: str | Sequence[str], *, path: str | None = No
     match's, the others' their line's); `types`/`types_not`: ripgrep's -t/-T names.
 
     With `indexed`, the trigram index narrows the files first to those holding every
-    trigram a match needs (trigrams.query_for); RE2 verifies them, so the answer is the
+    trigram a match needs (trigrams.required); RE2 verifies them, so the answer is the
     linear scan's, only faster. A pattern without a usable literal scans every file."""
     compiled = build(pattern, case=case or ("sensitive" if case_sensitive else "ignore"),
                      fixed=fixed, word=word)
@@ -470,11 +471,11 @@ def matches(store: Store, pattern: str | Sequence[str], *, path: str | None = No
     file_ids = selected(store, path=path, globs=globs, within=within, types=types,
                         types_not=types_not)
     # -v needs every file; -U matches across lines, which the trigrams of lines miss
-    match = (query_for(compiled.text) if indexed and path is None and not invert
-             and not multiline else None)
+    need = (required(compiled.text) if indexed and path is None and not invert
+            and not multiline else None)
     holding: dict[int, set[int] | None] | None = None
-    if match:
-        holding = store.candidates(match)
+    if need:
+        holding = store.candidates(need)
         file_ids = [fid for fid in (holding if file_ids is None else file_ids)
                     if fid in holding]
     # A long text is read block by block (only its candidate blocks, with a prefilter):

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from loomcli import locks
-from loomcli.store import Store
+from loomcli.store import open_store
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from loomcli.store.seam import IndexStore as Store
 
 INLINE_BYTES = 1 << 20  # a scan that stored less new text indexes it for grep itself
 BATCH_BYTES = 4 << 20  # text per transaction (about 0.3 s): a waiting writer's longest wait
@@ -55,13 +57,13 @@ def after_scan(store: Store, inline_bytes: int = INLINE_BYTES) -> int | None:
     files, size = store.grams_pending()
     if not files:
         return None
-    if size <= inline_bytes or not locks.HAVE_LOCKS:
+    lock = store.take_builder_lock() if size > inline_bytes else None
+    if lock is None:  # little text, or no locks to hand a builder (Windows)
         fill(store)
-        return None
-    return locks.take_builder_lock(store.path)
+    return lock
 
 
-def start(db_path: Path, lock_fd: int) -> None:
+def start(location: str, lock_fd: int) -> None:
     """Start the builder, handing it the lock the scan took (so `loom status` says it is
     building from the moment the scan returns), once the scan has let go of the write
     lock."""
@@ -71,7 +73,7 @@ def start(db_path: Path, lock_fd: int) -> None:
         # -P: not the working folder first on sys.path (a checkout of another loom there
         # would be the one imported).
         subprocess.Popen([sys.executable, "-P", "-m", "loomcli.grep_index",
-                          str(db_path.absolute()), str(lock_fd)], pass_fds=(lock_fd,),
+                          location, str(lock_fd)], pass_fds=(lock_fd,),
                          start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
@@ -81,18 +83,18 @@ def start(db_path: Path, lock_fd: int) -> None:
         os.close(lock_fd)
 
 
-def build(db_path: Path) -> int:
+def build(location: str) -> int:
     """The builder's work: fill grep's index in turns of the write lock, giving way to
     any writer that waits (it will start another builder when it is done)."""
-    turns = locks.Turns(db_path)
-    try:
-        with Store.open(db_path) as store:
+    with open_store(location) as store:
+        turns = store.builder_turns()
+        try:
             holding = [False]
-            inode = os.stat(db_path).st_ino
+            inode = _inode(location)
 
             def stop() -> bool:
                 holding[0] = turns.take()
-                if holding[0] and not _same_file(db_path, inode):
+                if holding[0] and _inode(location) != inode:
                     between()  # set aside by `scan --rebuild`: not this builder's index
                 return not holding[0]
 
@@ -102,26 +104,29 @@ def build(db_path: Path) -> int:
                     holding[0] = False
 
             done = fill(store, stop, between)
-            if not _same_file(db_path, inode):
+            if _inode(location) != inode:
                 # Closing would checkpoint into, and delete, the WAL file now at the
                 # index's path: the new index's. The kernel closes the files instead.
                 os._exit(0)
             return done
-    finally:
-        turns.close()
+        finally:
+            turns.close()
 
 
-def _same_file(path: Path, inode: int) -> bool:
+def _inode(location: str) -> int | None:
+    """The index file's inode (-1: gone; None: an index that is no file)."""
+    if "://" in location:
+        return None
     try:
-        return os.stat(path).st_ino == inode
+        return os.stat(location).st_ino
     except OSError:
-        return False
+        return -1
 
 
 def main(argv: list[str]) -> int:
-    db_path, lock_fd = Path(argv[0]), int(argv[1])
+    location, lock_fd = argv[0], int(argv[1])
     try:
-        build(db_path)
+        build(location)
     except Exception:  # noqa: BLE001 - the index moved or went: nothing is half written
         return 1
     finally:

@@ -21,14 +21,14 @@ from loomcli.config import Config
 from loomcli.errors import ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
 from loomcli.extract.text import extract_note
-from loomcli.locks import write_lock
-from loomcli.store import FileRow, Root, Store
+from loomcli.store.rows import FileRow, Root
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:  # OCR's module is imported once a scan meets a document
     from typing import Any
 
     from loomcli.extract.ocr import OcrSettings
+    from loomcli.store.seam import IndexStore as Store
 
 BATCH_FILES = 200
 BATCH_SECONDS = 1.0
@@ -182,7 +182,7 @@ def forget(store: Store, folder: str | Path) -> int:
     if root is None:
         names = ", ".join(r.path for r in store.roots()) or "none"
         raise RootError(f"{folder} is not an indexed folder", f"indexed folders: {names}")
-    with write_lock(store.path), store.transaction():
+    with store.write_lock(), store.transaction():
         return store.remove_root(root.id)
 
 
@@ -216,7 +216,7 @@ class _Batch:
     @contextmanager
     def file(self) -> Iterator[None]:
         if not self.open:
-            self.store.conn.execute("BEGIN IMMEDIATE")
+            self.store.begin()
             self.open, self.since = True, self.clock()
         yield
         self.pending += 1
@@ -225,14 +225,13 @@ class _Batch:
 
     def commit(self) -> None:
         if self.open:
-            self.store.conn.execute("COMMIT")
+            self.store.commit()
             self.on_commit()
         self.open, self.pending = False, 0
 
     def rollback(self) -> None:
-        # Ask SQLite, not our flag: an interrupt may land between COMMIT and the flag.
-        if self.store.conn.in_transaction:
-            self.store.conn.execute("ROLLBACK")
+        # The store's state, not our flag: an interrupt may land between COMMIT and it.
+        self.store.rollback()
         self.open, self.pending = False, 0
 
 
@@ -284,7 +283,7 @@ class Indexer:
         self._builder_lock = None
         self._embedding = False
         try:
-            with write_lock(self.store.path, self.on_wait):
+            with self.store.write_lock(self.on_wait):
                 try:
                     self._apply(found, report, force)
                 except KeyboardInterrupt:
@@ -294,7 +293,7 @@ class Indexer:
                 os.close(self._builder_lock)
             raise
         if self._builder_lock is not None:  # the write lock is free: the builder may go
-            grep_index.start(self.store.path, self._builder_lock)
+            grep_index.start(self.store.location, self._builder_lock)
         return report  # its duration_ms was set as the scan was recorded
 
     def _commit_done(self, report: ScanReport) -> None:

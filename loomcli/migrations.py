@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import sqlite3
 import time
 from array import array
@@ -11,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from loomcli import scripts
 from loomcli.errors import IndexStateError
+from loomcli.text import words_apart
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
@@ -34,58 +34,6 @@ GRAMS = ("CREATE VIRTUAL TABLE grams USING fts5(body, content='docs', content_ro
          "tokenize='trigram', detail='none', columnsize=0)")
 
 CHUNK_SHIFT = 40  # a passage's rowid in `chunks`: file id + (passage number << CHUNK_SHIFT)
-
-# Acronyms and product names kept as written (migration 011): Porter stemming made UPS
-# "up", DNS "dn", iOS "io", macOS "maco". Each such word — two capitals or more (UPS,
-# IRQ, AWS, 0xFF), or a capital after a small letter (iOS, macOS, eBay) — is indexed a
-# second time in the `grams` column, case-folded with EXACT_MARK after it: Porter changes
-# no word that ends in a digit, and the query's acronym (store.quote_fts) looks for that
-# form only, so "UPS" finds UPS and not "up", "ups" or "upping".
-EXACT_MARK = "0"
-EXACT_CHARS = 40  # longer runs of letters are not words anyone types
-EXACT_REPEATS = 20  # occurrences of one acronym counted in a text (bounded index growth)
-ACRONYM = re.compile(r"(?<![A-Za-z0-9])(?:[a-z0-9]*[A-Z][a-z0-9]*[A-Z]|[a-z]+[A-Z])"
-                     r"[A-Za-z0-9]*")
-_CAPITAL = re.compile(r"[A-Z][A-Za-z0-9]*")
-_SMALL = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
-
-
-def exact_form(word: str) -> str | None:
-    """The token an acronym (a whole word, ASCII letters and digits) is indexed as
-    apart, or None when `word` is not one."""
-    if len(word) > EXACT_CHARS or not ACRONYM.fullmatch(word):
-        return None
-    return word.lower() + EXACT_MARK
-
-
-def exact_words(text: str) -> str | None:
-    """The acronyms of a text in their indexed form, each at most EXACT_REPEATS times;
-    None when it has none. Found from their capitals (a word's first capital and the
-    rest of the word, then the small letters before it): twice as fast as ACRONYM over
-    the whole text (the evaluation corpus's 35 MB: 1.76 -> 0.91 s of CPU)."""
-    counts: dict[str, int] = {}
-    for m in _CAPITAL.finditer(text):
-        start = m.start()
-        while start and text[start - 1] in _SMALL:
-            start -= 1
-        word = text[start:m.end()]
-        if len(word) <= EXACT_CHARS and ACRONYM.fullmatch(word):
-            counts[word] = counts.get(word, 0) + 1
-    if not counts:
-        return None
-    forms: dict[str, int] = {}
-    for word, n in counts.items():
-        form = word.lower() + EXACT_MARK
-        forms[form] = min(EXACT_REPEATS, forms.get(form, 0) + n)
-    return " ".join(" ".join([form] * n) for form, n in forms.items())
-
-
-def words_apart(text: str) -> str | None:
-    """What the `grams` column indexes of a text: its CJK and Thai runs as character
-    pairs (scripts.py) and its acronyms as written; None when it has neither."""
-    found = [g for g in (scripts.bigram_text(text), exact_words(text)) if g is not None]
-    return "\n".join(found) if found else None
-
 
 def chunk_texts(body: bytes, spans: bytes) -> Iterator[tuple[int, str, str | None]]:
     """(rowid, text, words apart) of each passage of one file, as `chunks` indexes them:
@@ -361,7 +309,7 @@ MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
             OR error LIKE 'an image needs OCR%' OR error LIKE 'OCR %'
             OR error LIKE 'Tesseract is not installed%';
     """),
-    # Acronyms as written (see EXACT_MARK): the `grams` column of both BM25 indexes (read
+    # Acronyms as written (see text.EXACT_MARK): the `grams` column of both BM25 indexes (read
     # from `cjk` for files, made from the passage for `chunks`) also holds each text's
     # acronyms, unstemmed. An index made before gets them for every text it holds.
     ("011_exact_words", _exact_words_011),

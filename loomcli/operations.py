@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from loomcli.grep import GrepResult, Match
     from loomcli.indexer import OnChange, Progress, ScanReport
     from loomcli.providers import Provider
-    from loomcli.store import FileInfo, Hit, Store
+    from loomcli.store.rows import FileInfo, Hit
+    from loomcli.store.seam import IndexStore as Store
 
 _EMBEDDERS: dict[tuple[str, ...], Any] = {}
 _EMBEDDERS_LOCK = threading.Lock()
@@ -163,7 +164,7 @@ class SearchHit:
         return f"SearchHit({self.to_dict()!r})"
 
     def to_dict(self) -> dict[str, Any]:
-        from loomcli.store import plain_snippet
+        from loomcli.text import plain_snippet
 
         out: dict[str, Any] = {"path": self.path, "title": self.title,
                                "score": round(self.score, 4),
@@ -443,21 +444,21 @@ def _kept_store(path: Path) -> Store:
     was replaced (`scan --rebuild`) or removed."""
     import os
 
-    from loomcli.store import Store
+    from loomcli.store import open_store
 
     kept: dict[str, tuple[tuple[int, int], Store]] = _KEPT.__dict__.setdefault("stores", {})
     try:
         st = os.stat(path)
     except OSError:
         _drop_kept_store(path)
-        return Store.open(path)  # raises the usual "no index" error
+        return open_store(path)  # raises the usual "no index" error
     identity = (st.st_dev, st.st_ino)
     entry = kept.get(str(path))
     if entry is not None and entry[0] == identity:
         entry[1].forget_roots()  # a scan may have added a folder since
         return entry[1]
     _drop_kept_store(path)
-    store = Store.open(path)
+    store = open_store(path)
     kept[str(path)] = (identity, store)
     return store
 
@@ -506,23 +507,20 @@ class Corpus:
 
     @contextmanager
     def store(self, *, create: bool = False) -> Iterator[Store]:
-        import sqlite3
-
-        from loomcli.store import Store, explain
+        from loomcli.errors import IndexStateError
+        from loomcli.store import open_store
 
         if self.keep_open and not create:
             store = _kept_store(self.index_path)
             try:
-                yield store
-            except sqlite3.DatabaseError as exc:
+                with store.guard():  # damaged, full, read-only: say what to do
+                    yield store
+            except IndexStateError:
                 _drop_kept_store(self.index_path)
-                raise explain(exc, self.index_path) from None
+                raise
             return
-        with Store.open(self.index_path, create=create) as store:
-            try:
-                yield store
-            except sqlite3.DatabaseError as exc:  # damaged, full, read-only: say what to do
-                raise explain(exc, self.index_path) from None
+        with open_store(self.index_path, create=create) as store, store.guard():
+            yield store
 
     # -- config -------------------------------------------------------------------------
 
@@ -616,7 +614,7 @@ class Corpus:
         a warning. `operator`: how BM25 combines the words (OR for ask's questions);
         `among`: only these files (--glob, --path)."""
         from loomcli import retrieve
-        from loomcli.store import query_words
+        from loomcli.text import query_words
 
         if mode == "bm25":
             ranked = retrieve.bm25(store, query, n, operator, among, prefix)
@@ -642,7 +640,9 @@ class Corpus:
     def _hits(store: Store, query: str, ranked: list[Any]) -> list[tuple[Hit, str]]:
         how = {r.file_id: r.match for r in ranked}
         near = {r.file_id: r.near for r in ranked if r.near}
-        hits = store.hits([(r.file_id, r.score) for r in ranked], query, near)
+        from loomcli.hits import hits as with_snippets
+
+        hits = with_snippets(store, [(r.file_id, r.score) for r in ranked], query, near)
         return [(h, how[h.file_id]) for h in hits]
 
     def _meaning(self, store: Store, query: str) -> tuple[Any, Any]:
@@ -889,9 +889,7 @@ class Corpus:
     def _grep_index_status(store: Store) -> dict[str, Any]:
         """How many texts grep's trigram index still lacks (grep reads them whole
         meanwhile) and whether a process is adding them now (grep_index.py)."""
-        from loomcli import locks
-
-        return {"pending": store.grams_pending()[0], "building": locks.building(store.path)}
+        return {"pending": store.grams_pending()[0], "building": store.building()}
 
     def problems(self, kind: str) -> list[tuple[str, str]]:
         """(path, reason) of the files that `failed` or were `skipped` (no text)."""

@@ -1,8 +1,9 @@
 """The query plan of every search: terms → candidates from BM25 and vectors → fusion → hits.
 
-`store` runs the SQL (files and passages by BM25), `semantic` the vectors (passages by
-cosine); this module decides what to ask each and how to fuse their answers, so that
-following one search means reading one file.
+The store runs the SQL (files and passages by BM25, for a parsed query: text.parse),
+`semantic` the vectors (passages by cosine); this module decides what to ask each and how
+to fuse their answers, so that following one search means reading one file; hits.py then
+gives each ranked file its snippet.
 
 Hybrid is fused passage by passage (reciprocal rank fusion): the passages BM25 ranks
 best and those closest in meaning each get weight / (RRF_K + rank), a passage found by
@@ -37,13 +38,21 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from loomcli.excerpt import STOPWORDS, retrieval_query
 from loomcli.records import Record
-from loomcli.store import Store, query_words
+from loomcli.text import (
+    STOPWORDS,
+    identifiers,
+    language,
+    parse,
+    query_words,
+    retrieval_query,
+)
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
+
+    from loomcli.store.seam import IndexStore as Store
 
 RRF_K = 60
 FILE_CANDIDATES = 50  # files BM25 ranks as whole files
@@ -84,64 +93,6 @@ RARE_SHARE = 0.02  # a word in at most this share of the files is rare
 PIN_LIMIT = 50
 LANGUAGE_SAMPLE = 5  # passages whose language is compared with the question's
 LANGUAGE_SAMPLE_BYTES = 600
-# Identifiers and settings: a word with an underscore, a digit, an inner dot, or a
-# lower-to-upper case change (panic_on_oops, ext4, vm.swappiness, maxUserWatches).
-IDENTIFIERS_MAX = 8
-IDENTIFIER = re.compile(r"\b(?=\w*[_\d]|\w+\.\w|[a-z]+[A-Z])[\w.]{4,}\b")
-
-# Function words that tell a language apart (each list: frequent, rarely another's).
-_FUNCTION_WORDS = {
-    "en": "the and of to is in that it for how what with do does can my not are this on "
-          "why when which from be by",
-    "it": "il lo la gli le di che non per come una uno del della dei delle nel nella "
-          "sono è cosa quando perché posso faccio si mi ci anche più degli alla",
-    "fr": "le les des est une dans que qui pour pas sur au avec ce cette je comment "
-          "sont du ne",
-    "de": "der die das und ist nicht mit von zu den ein eine ich wie was auf für sich "
-          "auch",
-    "es": "el los las y es por con para una que del como se qué cómo está pero al "
-          "muy",
-}
-_LANGUAGE_OF: dict[str, list[str]] = {}
-for _lang, _words in _FUNCTION_WORDS.items():
-    for _w in _words.split():
-        _LANGUAGE_OF.setdefault(_w, []).append(_lang)
-# Each script's characters, as ranges told without patterns: compiling these classes
-# took Python's `re` ~4 ms at each start (it marks every character of a range).
-_SCRIPTS = (("ja", "\u3040", "\u30ff"), ("ko", "\uac00", "\ud7af"), ("zh", "\u4e00", "\u9fff"),
-            ("th", "\u0e00", "\u0e7f"), ("ru", "\u0400", "\u04ff"))
-_WORD = re.compile(r"\w+")
-
-
-def language(text: str) -> str | None:
-    """A cheap guess: the script (kana: Japanese, Hangul: Korean, Han: Chinese …), else
-    the language whose function words the text uses most; None when unsure."""
-    if not text.isascii():
-        chars = [c for c in text if c >= "\u0400"]
-        for name, first, last in _SCRIPTS:
-            if sum(first <= c <= last for c in chars) >= 2:
-                return name
-    counts: dict[str, float] = {}
-    for word in _WORD.findall(text.lower()):
-        for lang in _LANGUAGE_OF.get(word, ()):
-            counts[lang] = counts.get(lang, 0.0) + 1.0 / len(_LANGUAGE_OF[word])
-    if not counts:
-        return None
-    best = max(counts, key=lambda k: counts[k])
-    return best if counts[best] >= 1.0 else None
-
-
-def identifiers(query: str) -> list[str]:
-    """The query's identifiers, each once, at most IDENTIFIERS_MAX (each costs a query)."""
-    out: list[str] = []
-    for m in IDENTIFIER.finditer(query):
-        if m.group() not in out:
-            out.append(m.group())
-            if len(out) == IDENTIFIERS_MAX:
-                break
-    return out
-
-
 class Plan(Record):
     """What a query asks for."""
 
@@ -197,18 +148,43 @@ class Weights(Record):
         self.extra: dict[str, Any] = extra if extra is not None else {}
 
 
+def rank_files(store: Store, query: str, limit: int, operator: str = "auto",
+               among: Sequence[int] | None = None, prefix: bool = False
+               ) -> list[tuple[int, float]]:
+    """(file id, BM25 score) best first, for a query as typed. `AND`, `OR`: every word,
+    any word; `auto`: every word, else any; `fill`: the files holding every word first,
+    then those holding any, up to limit (for questions: a long one rarely has all its
+    words in one file). `among`: only these files (--glob, --path). `prefix`: the last
+    word is being typed (text.parse)."""
+    if operator == "fill":
+        every = rank_files(store, query, limit, "AND", among, prefix)
+        if len(every) < limit:
+            seen = {fid for fid, _ in every}
+            every += [h for h in rank_files(store, query, limit, "OR", among, prefix)
+                      if h[0] not in seen]
+        return every[:limit]
+    for op in (("AND", "OR") if operator == "auto" else (operator,)):
+        parsed = parse(query, op, prefix)
+        if not parsed.words:
+            return []
+        found = store.rank(parsed, limit, among)
+        if found:
+            return found
+    return []
+
+
 def bm25(store: Store, query: str, limit: int, operator: str = "auto",
          among: Sequence[int] | None = None, prefix: bool = False) -> list[Ranked]:
     """Files by BM25. A question (more than QUESTION_WORDS content words) is ranked by
     any of its content words; a few words by `lexical` (`auto`). `prefix`: the last word
-    is being typed (store.quote_fts)."""
+    is being typed (text.parse)."""
     p = plan(query)
     if operator == "OR" or p.question:
-        found = store.rank(p.content, limit, "OR", among)
+        found = rank_files(store, p.content, limit, "OR", among)
     elif operator == "auto":
         found = lexical(store, p, limit, among, prefix)
     else:
-        found = store.rank(query, limit, operator, among, prefix)
+        found = rank_files(store, query, limit, operator, among, prefix)
     return [Ranked(fid, score, "bm25") for fid, score in found]
 
 
@@ -221,14 +197,14 @@ def lexical(store: Store, p: Plan, limit: int, among: Sequence[int] | None = Non
     holding any word."""
     words = query_words(p.content)
     if len(words) < 2:
-        return store.rank(p.content, limit, "AND", among, prefix)
-    every = store.rank(p.content, limit, "AND", among, prefix)
+        return rank_files(store, p.content, limit, "AND", among, prefix)
+    every = rank_files(store, p.content, limit, "AND", among, prefix)
     wide = max(limit, FILE_CANDIDATES)
-    some = store.rank(p.content, wide, "OR", among, prefix)
+    some = rank_files(store, p.content, wide, "OR", among, prefix)
     rare = rare_words(store, p)
     first = {fid for fid, _ in every}
     if rare and len(rare) < len(words):
-        first |= {fid for fid, _ in store.rank(" ".join(rare), wide, "AND", among)}
+        first |= {fid for fid, _ in rank_files(store, " ".join(rare), wide, "AND", among)}
     score = dict(some)
     for fid, s in every:
         score.setdefault(fid, s)
@@ -244,7 +220,7 @@ def rare_words(store: Store, p: Plan) -> list[str]:
     cap = max(1, int(total * RARE_SHARE))
     words = [w for w in query_words(re.sub(r'"[^"]*"', " ", p.content))
              if w.lower() not in STOPWORDS]
-    return [w for w in words if store.frequency(w, cap + 1) <= cap]
+    return [w for w in words if store.frequency(parse(w), cap + 1) <= cap]
 
 
 def floor(index: Any) -> float:
@@ -272,17 +248,17 @@ def pins(store: Store, p: Plan, among: Sequence[int] | None) -> list[int]:
     order."""
     out: list[int] = []
     for word in identifiers(p.text):
-        out += [fid for fid, _ in store.rank(word, 3, "AND", among) if fid not in out]
+        out += [fid for fid, _ in rank_files(store, word, 3, "AND", among) if fid not in out]
     exact = [f'"{x}"' for x in p.phrases]
     typed = " ".join(query_words(p.text.replace('"', " ")))
     if not p.question and not p.phrases and " " in typed:  # the words as typed, in order
-        out += [fid for fid, _ in store.rank(f'"{typed}"', PIN_LIMIT, "AND", among)
+        out += [fid for fid, _ in rank_files(store, f'"{typed}"', PIN_LIMIT, "AND", among)
                 if fid not in out]
     if not p.question:
         # A few words, some rare: the files that hold every rare one were asked for.
         exact += rare_words(store, p)
     if exact:
-        out += [fid for fid, _ in store.rank(" ".join(exact), PIN_LIMIT, "AND", among)
+        out += [fid for fid, _ in rank_files(store, " ".join(exact), PIN_LIMIT, "AND", among)
                 if fid not in out]
     return out
 
@@ -293,8 +269,8 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
     """Files by passage-level fusion of BM25 and vectors (see the module's docstring)."""
     w = weights or Weights()
     p = plan(query)
-    files = store.rank(p.content, FILE_CANDIDATES, "fill", among)
-    lexical = store.rank_passages(p.content, PASSAGE_CANDIDATES, "OR", among)
+    files = rank_files(store, p.content, FILE_CANDIDATES, "fill", among)
+    lexical = store.rank_passages(parse(p.content, "OR"), PASSAGE_CANDIDATES, among)
     pool = index.top(vector, VECTOR_POOL, among) if vector is not None else []
     lexical_files = {fid for fid, _ in files} | {fid for fid, _, _ in lexical}
     least = floor(index) if w.floor is None else w.floor

@@ -12,11 +12,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from loomcli.store import Store
-
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
+
+    from loomcli.store.seam import IndexStore as Store
 
 POOL = 2000  # passages closest to the query that rank the files (file-level ranking)
 
@@ -140,7 +140,7 @@ def vector_index(store: Store, model: str, size: int) -> VectorIndex:
     """The store's vectors of `model` with `size` numbers each (vectors are keyed by
     both: a server's model re-pulled under the same name may change size), kept between
     calls in a long-running process and reloaded when a scan has changed any."""
-    key = (str(store.path), model, size)
+    key = (store.location, model, size)
     generation = store.vector_generation()
     with _cache_lock:
         cached = _cache.get(key)

@@ -1,9 +1,10 @@
-"""What text any match of a pattern must contain, as an FTS5 trigram query: pure.
+"""What text any match of a pattern must contain: the literals it requires, pure.
 
-The indexed grep (grep.py) asks the trigram index for the files that hold every trigram a
-match needs, then verifies them with RE2, as Russ Cox's codesearch does. So the query
-must never exclude a file that has a match: each step below only ever *drops* a
-requirement when unsure (a superset of candidates is slower, never wrong), and a pattern
+The indexed grep (grep.py) asks the store's trigram index for the files that hold every
+trigram of those literals (`candidates`; each backend writes its own query, SQLite's is
+`store.sqlite.grams_match`), then verifies them with RE2, as Russ Cox's codesearch does.
+So the requirement must never exclude a file that has a match: each step below only ever
+*drops* a requirement when unsure (a superset of candidates is slower, never wrong), and a pattern
 this module cannot read exactly as RE2 does gives no query at all (a linear scan).
 
 The pattern is parsed with Python's own regex parser, which reads RE2's common syntax the
@@ -26,11 +27,14 @@ MAX_TRIGRAMS = 24  # per literal: more adds little selectivity and costs query t
 _UNSURE = re.compile(r"\[:|\\[pPQECzx]|\(\?[a-zA-Z]*U|\(\?P=|\\[0-9]")
 
 if TYPE_CHECKING:
-    Query = tuple[str, Any] | None  # ("lit", str) | ("and", [...]) | ("or", [...]); None: any
+    # What a match requires: ("lit", text) | ("and", [Need...]) | ("or", [Need...]).
+    Need = tuple[str, Any]
+    Query = Need | None  # None: nothing known (any text may match)
 
 
-def query_for(pattern: str) -> str | None:
-    """An FTS5 MATCH expression every file with a match satisfies, or None (scan all)."""
+def required(pattern: str) -> Need | None:
+    """What every text with a match holds: ("lit", text) | ("and", [...]) | ("or",
+    [...]) of literals of 3 characters or more; None when nothing is known (scan all)."""
     if _UNSURE.search(pattern):
         return None
     try:
@@ -40,7 +44,7 @@ def query_for(pattern: str) -> str | None:
         tree = _simplify(_sequence(list(parsed)))
     except Exception:  # noqa: BLE001 - anything the parser dislikes: scan linearly
         return None
-    return _render(tree) if tree is not None else None
+    return tree
 
 
 def _sequence(items: list[tuple[Any, Any]]) -> Query:
@@ -102,12 +106,3 @@ def trigrams(literal: str) -> list[str]:
         step = len(grams) / MAX_TRIGRAMS
         grams = [grams[int(i * step)] for i in range(MAX_TRIGRAMS)]
     return grams
-
-
-def _render(q: Query) -> str:
-    assert q is not None
-    kind, arg = q
-    if kind == "lit":
-        return " AND ".join('"' + g.replace('"', '""') + '"' for g in trigrams(arg))
-    joiner = " OR " if kind == "or" else " AND "
-    return joiner.join(f"({_render(p)})" for p in arg)

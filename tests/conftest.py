@@ -152,6 +152,15 @@ def scanned_with_meaning(home: Path, notes: Path, loom: Any) -> Path:
     return home
 
 
+def bm25_hits(store: Any, query: str, limit: int, operator: str = "auto") -> list[Any]:
+    """Files by BM25 with their snippets, as a search composes them (retrieve.rank_files,
+    then hits.hits): what the store's old `search` gave."""
+    from loomcli.hits import hits
+    from loomcli.retrieve import rank_files
+
+    return hits(store, rank_files(store, query, limit, operator), query)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Any:
     """A real PostgreSQL for the session (tests/pg.py), stopped at its end; the tests that

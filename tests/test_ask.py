@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import ask, config, excerpt
+from loomcli import ask, config
 from loomcli.extract import Extracted
 from loomcli.store import Store
+from loomcli.text import retrieval_query
 
-from .conftest import write
+from .conftest import bm25_hits, write
 from .llm_server import FakeLLM
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -67,7 +68,7 @@ def big_store(tmp_path) -> Store:
 def test_prompt_never_exceeds_top_k_budgets_plus_instructions(tmp_path_factory, question,
                                                               top_k, budget, head):
     store = big_store(tmp_path_factory.mktemp("p"))
-    hits = store.search(excerpt.retrieval_query(question + " warp"), top_k * 2, "OR")
+    hits = bm25_hits(store, retrieval_query(question + " warp"), top_k * 2, "OR")
     prompt = ask.build_prompt(store, question + " warp", hits, top_k=top_k, budget=budget,
                               head_chars=head)
     assert prompt is not None
@@ -79,7 +80,7 @@ def test_prompt_never_exceeds_top_k_budgets_plus_instructions(tmp_path_factory, 
 
 def test_same_content_is_sent_once(tmp_path):
     store = big_store(tmp_path)
-    hits = store.search("file 0 looms warp", 18, "OR")
+    hits = bm25_hits(store, "file 0 looms warp", 18, "OR")
     prompt = ask.build_prompt(store, "file 0 looms warp", hits, top_k=9, budget=2000,
                               head_chars=300)
     assert prompt is not None

@@ -15,7 +15,7 @@ from loomcli.ask import tokens as estimate
 from loomcli.extract import Extracted
 from loomcli.store import Store
 
-from .conftest import write
+from .conftest import bm25_hits, write
 from .llm_server import FakeLLM
 from .test_window import configure, loom
 
@@ -72,7 +72,7 @@ def test_a_whole_file_over_its_share_is_shortened_and_the_others_still_sent(tmp_
     below the file's own length, so the first file was left out and stopped every other."""
     store = store_of(tmp_path, [sysctl_doc(i) for i in range(5)])
     try:
-        hits = store.search("watchdog_thresh softlockup", 15, "OR")
+        hits = bm25_hits(store, "watchdog_thresh softlockup", 15, "OR")
         assert len(hits) == 5
         text = store.text_bytes(hits[0].file_id, 0, 1 << 20).decode()
         block, _, _ = assemble._block(hits[0], text, QUESTION, 8000, 1200, None, None)
@@ -93,7 +93,7 @@ def test_a_whole_file_over_its_share_is_shortened_and_the_others_still_sent(tmp_
 def test_a_file_that_cannot_fit_never_stops_the_files_after_it(tmp_path):
     store = store_of(tmp_path, [emoji_doc()] + [sysctl_doc(i) for i in range(1, 4)])
     try:
-        hits = store.search("watchdog_thresh softlockup", 15, "OR")
+        hits = bm25_hits(store, "watchdog_thresh softlockup", 15, "OR")
         assert hits[0].path == "f0.md"
         done = assemble.assemble_blocks(store, QUESTION, hits, top_k=4, budget=8000,
                                         head_chars=1200,

@@ -19,7 +19,7 @@ from loomcli.errors import QueryError
 from loomcli.extract import Extracted
 from loomcli.store import Store
 
-from .conftest import FIXTURES, write
+from .conftest import FIXTURES, bm25_hits, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
 pytestmark = pytest.mark.plain  # also run on a plain install (.ci/run)
@@ -319,11 +319,11 @@ def test_indexed_grep_reads_only_the_candidates(tmp_path):
     docs["hit.md"] = "# Hit\nthe flag IRQF_ONESHOT is set\n"
     store = make_store(tmp_path, docs)
     try:
-        from loomcli.trigrams import query_for
+        from loomcli.trigrams import required
 
-        match = query_for("IRQF_ONESHOT")
-        assert match is not None
-        assert len(store.candidates(match)) == 1
+        need = required("IRQF_ONESHOT")
+        assert need == ("lit", "IRQF_ONESHOT")  # a literal, not a backend's query syntax
+        assert len(store.candidates(need)) == 1
         result = grep.grep(store, "irqf_oneshot")  # case-insensitive by default
         assert [(m.path, m.line) for m in result.matches] == [("hit.md", 2)]
     finally:
@@ -466,7 +466,7 @@ def test_search_hits_name_the_page_of_their_snippet(tmp_path):
     offsets = [0, len(pages[0]), len(pages[0] + pages[1])]
     store = make_store(tmp_path, {"doc.pdf": Extracted("".join(pages), "Doc", pages=offsets),
                                   "note.md": "madder in a note\n"})
-    hits = {h.path: h for h in store.search("madder", 10)}
+    hits = {h.path: h for h in bm25_hits(store, "madder", 10)}
     assert hits["doc.pdf"].page == 2 and hits["note.md"].page is None
 
 

@@ -14,7 +14,7 @@ from loomcli.errors import IgnorePatternError, RootError
 from loomcli.operations import Corpus
 from loomcli.store import Store
 
-from .conftest import FIXTURES, write
+from .conftest import FIXTURES, bm25_hits, write
 
 KEYS = ["added", "updated", "moved", "removed", "skipped", "failed", "duration_ms", "errors",
         "skips", "unchanged"]
@@ -72,7 +72,7 @@ def test_edit_is_updated_and_searchable(notes):
     bump(notes / "welcome.md")
     assert counts(run(notes)) == (0, 1, 0, 0, 8, 0)
     store = Store.open(config.load().db_path)
-    assert [h.path for h in store.search("zymurgy", 5)] == ["welcome.md"]
+    assert [h.path for h in bm25_hits(store, "zymurgy", 5)] == ["welcome.md"]
 
 
 def test_rename_is_moved_only(notes):
@@ -81,7 +81,7 @@ def test_rename_is_moved_only(notes):
     assert counts(run(notes)) == (0, 0, 1, 0, 8, 0)
     assert "journal/sourdough.md" in indexed() and "recipes/bread.md" not in indexed()
     store = Store.open(config.load().db_path)
-    assert [h.path for h in store.search("sourdough", 5)] == ["journal/sourdough.md"]
+    assert [h.path for h in bm25_hits(store, "sourdough", 5)] == ["journal/sourdough.md"]
 
 
 def test_pdf_rename_is_moved_without_re_extraction(notes):
@@ -147,7 +147,7 @@ def test_failed_file_keeps_its_earlier_text(notes):
                                  "error": "binary file (contains NUL bytes), not text — "
                                           "remove it or add it to .loomignore"}]
     store = Store.open(config.load().db_path)
-    assert [h.path for h in store.search("sourdough", 5)] == ["recipes/bread.md"]
+    assert [h.path for h in bm25_hits(store, "sourdough", 5)] == ["recipes/bread.md"]
     # Unchanged since it failed: reported again, not re-read.
     assert counts(run(notes)) == (0, 0, 0, 0, 8, 1)
     target.write_text("# Sourdough v2\nrye this time\n")

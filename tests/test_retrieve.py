@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loomcli import retrieve
+from loomcli import text as text_rules
 from tests.conftest import FIXTURES, scanned_with_meaning, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -161,9 +162,9 @@ def test_search_filters_by_glob_and_path_as_grep(home, mode):
                                   "\u4e00\u9fff\u2019 "), max_size=6).map("".join))
 def test_the_script_guess_counts_characters_as_one_pattern_per_script_did(text):
     # language() tells scripts without compiling a pattern per script (~4 ms a start).
-    scripts = [name for name, first, last in retrieve._SCRIPTS
+    scripts = [name for name, first, last in text_rules._SCRIPTS
                if len(re.findall(f"[{first}-{last}]", text)) >= 2]
-    guess = retrieve.language(text)
+    guess = text_rules.language(text)
     assert guess == scripts[0] if scripts else guess not in {"ja", "ko", "zh", "th", "ru"}
 
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomcli import scripts
-from loomcli.store import SNIPPET_END, SNIPPET_START, quote_fts, snippet_of
+from loomcli.store import quote_fts
+from loomcli.text import SNIPPET_END, SNIPPET_START, snippet_of
 from tests.conftest import FIXTURES, write
 
 LOOM = [sys.executable, "-m", "loomcli"]

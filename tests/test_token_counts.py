@@ -17,6 +17,7 @@ from loomcli.extract import Extracted
 from loomcli.store import Store
 
 from . import tokens
+from .conftest import bm25_hits
 from .llm_server import FakeLLM
 from .test_window import QUESTION, configure, long_note, loom
 
@@ -154,7 +155,7 @@ def test_the_learned_ratio_gives_more_room_and_never_overflows(tmp_path_factory,
                  "What changes the warp tension?"]
 
     def sent(question: str, budget: window.Budget) -> tuple[int, int, bool]:
-        hits = store.search(question, top_k * 3, "OR")
+        hits = bm25_hits(store, question, top_k * 3, "OR")
         prompt = ask.build_prompt(store, question, hits, top_k=top_k, budget=8000,
                                   head_chars=1200, window=budget)
         if prompt is None:  # no file matches (the Chinese question, English notes)

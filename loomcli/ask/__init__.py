@@ -35,7 +35,8 @@ from loomcli.errors import QueryError
 
 if TYPE_CHECKING:
     from loomcli.ask.window import Budget
-    from loomcli.store import Hit, Store
+    from loomcli.store.rows import Hit
+    from loomcli.store.seam import IndexStore as Store
 
 __all__ = ["INSTRUCTIONS", "Answer", "FileAccount", "Near", "Prompt", "Quote", "UsedFile",
            "answer", "build_prompt", "citations", "page_label", "question_block"]

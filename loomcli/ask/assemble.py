@@ -39,7 +39,8 @@ from loomcli.errors import QueryError
 from loomcli.excerpt import SCAN_BYTES, excerpt
 
 if TYPE_CHECKING:
-    from loomcli.store import Hit, Store
+    from loomcli.store.rows import Hit
+    from loomcli.store.seam import IndexStore as Store
 
 Near = Callable[[int, str], list[tuple[int, int, float]]]
 

@@ -7,7 +7,11 @@ decide whether a linked note is sent.
 
 from __future__ import annotations
 
-from loomcli.store import Hit, Store
+from loomcli.store.rows import Hit
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from loomcli.store.seam import IndexStore as Store
 
 LINKED_PER_NOTE = 3  # links followed from one ranked note, in the note's order
 

@@ -29,10 +29,10 @@ from loomcli.embeddings import (
     quantize,
 )
 from loomcli.extract.pool import worker_context
-from loomcli.store import Store
 
 if TYPE_CHECKING:
     from loomcli.embeddings import Embedder
+    from loomcli.store.seam import IndexStore as Store
 
 BATCH_SECONDS = 2.0
 FEW_FILES = 8  # this many files or fewer are embedded in the scan's own process
@@ -154,8 +154,8 @@ class _Writer:
                 if self.progress:
                     self.progress(self.report.embedded, self.total, "vectors")
         if self.clock() - self.since >= BATCH_SECONDS:
-            self.store.conn.execute("COMMIT")
-            self.store.conn.execute("BEGIN IMMEDIATE")
+            self.store.commit()
+            self.store.begin()
             self.since = self.clock()
 
 
@@ -204,7 +204,7 @@ def embed_pending(store: Store, embedder: Embedder,
             fut, counts = inflight.popleft()
             writer.take(fut.result(), counts)
 
-    store.conn.execute("BEGIN IMMEDIATE")
+    store.begin()
     try:
         for fid, span_bytes, texts in _files(store, ids):
             if not texts:  # white space only: nothing to embed, and nothing pending
@@ -221,13 +221,13 @@ def embed_pending(store: Store, embedder: Embedder,
         while inflight:
             fut, counts = inflight.popleft()
             writer.take(fut.result(), counts)
-        store.conn.execute("COMMIT")
+        store.commit()
     except EmbeddingsError as exc:
-        store.conn.execute("COMMIT")  # what was embedded before the failure is kept
+        store.commit()  # what was embedded before the failure is kept
         report.error = str(exc)
     except BaseException:
-        if store.conn.in_transaction:
-            store.conn.execute("COMMIT")  # finished files keep their vectors
+        if store.in_transaction:
+            store.commit()  # finished files keep their vectors
         raise
     finally:
         pool.shutdown(cancel_futures=True)

@@ -13,9 +13,8 @@ import os
 import re
 import sqlite3
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
 from loomcli import scripts
@@ -26,96 +25,21 @@ from loomcli.migrations import (
     MIGRATIONS,
     check_owner,
     chunk_texts,
-    exact_form,
     migrate,
     put_note,
-    words_apart,
 )
-from loomcli.records import Record
+from loomcli.store.rows import FileInfo, FileRow, Root
+from loomcli.text import Query, acronym, parse, utf8_len, words_apart
+from loomcli.trigrams import trigrams
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
 
-SNIPPET_START, SNIPPET_END = "\x02", "\x03"  # highlight markers, rendered by the edges
-SNIPPET_TOKENS = 16
-SNIPPET_SCAN_BYTES = 1 << 20  # a snippet is looked for in this much of a file's text
-SNIPPET_STEM = 6
-NEAR_SNIPPET_BYTES = 2000  # a passage found by meaning: its snippet is from the passage
-PREFIX_MIN_CHARS = 3  # a shorter prefix would expand to too many of the index's words
-QUERY_TERMS_MAX = 64  # words of a query that count; the rest are dropped
+    from loomcli.locks import Turns
+    from loomcli.trigrams import Need
+
 AMONG_BY_ROWID = 20  # a search among at most this many files asks FTS5 for each (_among)
-_WORDS = re.compile(r"\w+")
-
-
-class Root(Record):
-    __slots__ = ("id", "path", "name", "prefix")
-
-    def __init__(self, id: int, path: str, name: str, prefix: str = "") -> None:
-        self.id = id
-        self.path = path
-        self.name = name
-        self.prefix = prefix  # fixed when the root is added: "" for the first, else a folder name
-
-
-class FileRow(Record):
-    """A row of `files` (5,127 of them made on the kernel docs' rescan)."""
-
-    __slots__ = ("id", "root_id", "relpath", "kind", "size", "mtime_ns", "hash", "title",
-                 "content_len", "indexed_at", "error", "skip", "ocr")
-
-    def __init__(self, id: int, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
-                 hash: bytes | None, title: str, content_len: int, indexed_at: float | None,
-                 error: str | None, skip: str | None = None, ocr: str | None = None) -> None:
-        self.id = id
-        self.root_id = root_id
-        self.relpath = relpath
-        self.kind = kind
-        self.size = size
-        self.mtime_ns = mtime_ns
-        self.hash = hash
-        self.title = title
-        self.content_len = content_len
-        self.indexed_at = indexed_at
-        self.error = error
-        self.skip = skip  # why a valid file holds nothing to index
-        # The OCR fingerprint (extract.ocr.fingerprint) the file's outcome depended on: a
-        # failure, skip or text short of scanned pages for want of OCR. None: it did not.
-        self.ocr = ocr
-
-
-class Hit(Record):
-    __slots__ = ("path", "title", "score", "snippet", "file_id", "content_len", "page",
-                 "offset")
-
-    def __init__(self, path: str, title: str, score: float, snippet: str, file_id: int,
-                 content_len: int, page: int | None = None, offset: int | None = None
-                 ) -> None:
-        self.path = path
-        self.title = title
-        self.score = score
-        self.snippet = snippet
-        self.file_id = file_id
-        self.content_len = content_len  # bytes of the whole extracted text
-        self.page = page  # a PDF's page where the snippet is (from 1)
-        self.offset = offset  # byte offset of the snippet's first query word (`loom get`)
-
-
-class FileInfo(Record):
-    __slots__ = ("path", "title", "kind", "content_len", "indexed_at", "file_id")
-
-    def __init__(self, path: str, title: str, kind: str, content_len: int, indexed_at: float,
-                 file_id: int) -> None:
-        self.path = path
-        self.title = title
-        self.kind = kind
-        self.content_len = content_len
-        self.indexed_at = indexed_at
-        self.file_id = file_id
-
-    def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "title": self.title, "kind": self.kind,
-                "content_len": self.content_len, "indexed_at": self.indexed_at}
 
 
 def explain(exc: sqlite3.Error, path: Path | None) -> IndexStateError:
@@ -137,60 +61,39 @@ def explain(exc: sqlite3.Error, path: Path | None) -> IndexStateError:
                            "if this persists, rebuild it: loom scan --rebuild")
 
 
-def utf8_len(text: str) -> int:
-    """Bytes of `text` in UTF-8, without a copy when it is ASCII (most huge logs are)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def plain_snippet(snippet: str) -> str:
-    """A snippet without its highlight markers."""
-    return snippet.replace(SNIPPET_START, "").replace(SNIPPET_END, "")
-
-
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
                  "indexed_at, error, skip, ocr")
 
 
 def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
-    """Turn any user text into a safe FTS5 query: each word a quoted phrase.
+    """Any user text as a safe FTS5 query (text.parse, then match_of)."""
+    return match_of(parse(query, operator, prefix))
 
-    Words are split on white space; `e-mail` stays one phrase ("e mail"), and so does a
-    `"quoted phrase"` (its words adjacent, in order). A run of CJK or Thai characters is
-    looked for as the phrase of its character pairs (scripts.py). Text with no letters
-    or digits gives "" (no query). An acronym (UPS, iOS) matches only itself, as
-    written (migrations.EXACT_MARK). `prefix`: the last word, when it ends the text and
-    has PREFIX_MIN_CHARS or more, matches the words it starts (as you type; an acronym
-    being typed too).
-    """
-    words = query_words(query)
-    exact = not _shouted(words)
-    terms = [_fts_term(w, exact) for w in words]
-    if prefix and words and _fts_term(words[-1], False) == _quoted(words[-1]) \
-            and query.rstrip() == query and query.endswith(words[-1]) \
-            and len(words[-1]) >= PREFIX_MIN_CHARS and words[-1][-1].isalnum():
-        terms[-1] = _quoted(words[-1]) + "*"
-    return f" {operator} ".join(filter(None, terms))
+
+def match_of(query: Query) -> str:
+    """A parsed query as FTS5's MATCH: each word a quoted phrase (`e-mail` is "e mail",
+    a phrase its words adjacent, in order); a run of CJK or Thai characters the phrase
+    of its character pairs (scripts.py); an acronym (UPS, iOS) only itself, as written
+    (text.EXACT_MARK, in the `grams` column); a prefix word the words it starts. No
+    words: "" (no query)."""
+    terms = [_fts_term(w, query.exact) for w in query.words]
+    if query.prefix and terms:
+        terms[-1] = _quoted(query.words[-1]) + "*"
+    return f" {query.operator} ".join(filter(None, terms))
 
 
 def _quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-_EDGES = "\"'.,;:!?()[]{}<>"
-
-
-def acronym(word: str) -> str | None:
-    """The form a query word that is an acronym (UPS, iOS, macOS; punctuation around it
-    aside) is indexed as apart (migrations.EXACT_MARK), else None."""
-    return exact_form(word.strip(_EDGES))
-
-
-def _shouted(words: list[str]) -> bool:
-    """Whether a query is typed in capitals throughout (WHICH UPS DID I BUY): then its
-    capitals say nothing about acronyms."""
-    letters = [w for w in words if any(c.isalpha() for c in w)]
-    return len(letters) >= 3 and all(w == w.upper() for w in letters)
+def grams_match(need: Need) -> str:
+    """grep's required literals as a MATCH of the trigram table: each literal's
+    trigrams (trigrams.trigrams), all of them; "or" and "and" as written."""
+    kind, arg = need
+    if kind == "lit":
+        return " AND ".join(_quoted(g) for g in trigrams(arg))
+    joiner = " OR " if kind == "or" else " AND "
+    return joiner.join(f"({grams_match(p)})" for p in arg)
 
 
 def _fts_term(word: str, exact: bool = True) -> str:
@@ -207,105 +110,6 @@ def _fts_term(word: str, exact: bool = True) -> str:
         # A lone character: the pairs it starts (a prefix query).
         parts.append(f"grams : {_quoted(run)}" + (" *" if len(run) == 1 else ""))
     return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
-
-
-_PHRASE = re.compile(r'"([^"]*)"')
-
-
-def query_words(query: str) -> list[str]:
-    """The words of a query as FTS5 will see them: split on white space (a `"quoted
-    phrase"` stays one, without its quotes), those with a letter or digit, each once, at
-    most QUERY_TERMS_MAX (a longer question keeps its first words: search cost must not
-    grow with the length of what is pasted in)."""
-    seen: dict[str, str] = {}
-    clean = _CONTROL_CHARS.sub(" ", query)
-    pieces: list[str] = []
-    pos = 0
-    for m in _PHRASE.finditer(clean):
-        pieces += clean[pos:m.start()].split()
-        phrase = " ".join(m.group(1).split())
-        if phrase:
-            pieces.append(phrase)
-        pos = m.end()
-    pieces += clean[pos:].split()
-    for word in pieces:
-        if re.search(r"\w", word) and word.casefold() not in seen:
-            seen[word.casefold()] = word
-            if len(seen) == QUERY_TERMS_MAX:
-                break
-    return list(seen.values())
-
-
-def snippet_of(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> str:
-    return snippet_at(text, words, tokens)[0]
-
-
-def snippet_at(text: str, words: list[str], tokens: int = SNIPPET_TOKENS) -> tuple[str, int]:
-    """The snippet and the character of `text` it is about: the first query word, else
-    where it starts (for a PDF's page). About `tokens` words around the first place a
-    query word starts a word, the matching words marked; the text's start when none is
-    found. Works on a bounded prefix of the text (SNIPPET_SCAN_BYTES), so a huge note
-    costs no more than a small one. Words match by prefix (a crude stand-in for the
-    index's Porter stemming); a run of CJK or Thai characters matches where it occurs,
-    each of its characters counting a third of a word."""
-    joined_words = " ".join(words)
-    literal = sorted(set(scripts.runs(joined_words)), key=len, reverse=True)
-    stems = sorted({w.casefold()[:SNIPPET_STEM] for w in _WORDS.findall(
-        joined_words if not literal else scripts.RUN.sub(" ", joined_words))},
-        key=len, reverse=True)
-    found = None
-    alternatives = [f"(?<!\\w)(?:{'|'.join(map(re.escape, stems))})"] if stems else []
-    alternatives += [re.escape(r) for r in literal]
-    if alternatives:
-        rx = re.compile("|".join(alternatives), re.I)
-        found = rx.search(text)
-    lo = max(0, found.start() - 400) if found else 0
-    hi = (found.start() + 2000) if found else 2000
-    tokens_of = _WORDS if scripts.outside(text[lo:hi]) else _SNIPPET_TOKEN  # the same there
-    spans = [(m.start(), m.end()) for m in tokens_of.finditer(text, lo, hi)]
-    if not spans:
-        return "", 0
-    marked: list[tuple[int, int]] = [(m.start(), m.end()) for r in literal
-                                     for m in re.finditer(re.escape(r), text[lo:hi])]
-    marked = [(a + lo, b + lo) for a, b in marked]
-    first = 0
-    if found:
-        first = next(i for i, (a, b) in enumerate(spans) if b > found.start())
-        back = 0.0
-        while first > 0 and back < tokens // 4:
-            first -= 1
-            back += _cost(text, spans[first])
-    chosen, budget = [], 0.0
-    for span in spans[first:]:
-        if budget >= tokens:
-            break
-        chosen.append(span)
-        budget += _cost(text, span)
-    raw, prev = [], chosen[0][0]
-    for a, b in chosen:
-        word = text[a:b]
-        hit = (bool(stems) and word.casefold().startswith(tuple(stems))) or any(
-            x <= a and b <= y for x, y in marked)
-        raw += [text[prev:a], f"{SNIPPET_START}{word}{SNIPPET_END}" if hit else word]
-        prev = b
-    joined = " ".join("".join(raw).split()).replace(SNIPPET_END + SNIPPET_START, "")
-    if not scripts.outside(joined):
-        joined = _CJK_SPACE.sub("", joined)  # a line break inside Chinese or Japanese text
-    lead = "…" if chosen[0][0] > 0 else ""
-    tail = "…" if chosen[-1][1] < len(text.rstrip()) else ""
-    return lead + joined + tail, found.start() if found else chosen[0][0]
-
-
-# A snippet's tokens: each CJK or Thai character, or a word of other letters.
-_SNIPPET_TOKEN = scripts.Lazy(f"{scripts.CHAR.pattern}|[^\\W{scripts.RANGES}]+")
-
-
-_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f"
-_CJK_SPACE = scripts.Lazy(f"(?<=[{_HAN_KANA}]) (?=[\x02\x03]*[{_HAN_KANA}])")
-
-
-def _cost(text: str, span: tuple[int, int]) -> float:
-    return 1.0 if scripts.outside(text[span[0]]) else 1 / 3  # as CHAR.match(text, span[0])
 
 
 # 16 KB pages for a new index: texts are long rows, read whole by grep, and a row read
@@ -476,16 +280,64 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def location(self) -> str:
+        return str(self.path.absolute())
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.begin()
         try:
             yield
         except BaseException:
-            if self.conn.in_transaction:  # an interrupt may land after COMMIT ran
-                self.conn.execute("ROLLBACK")
+            self.rollback()
             raise
+        self.commit()
+
+    def begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
         self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        # Ask SQLite, not a flag: an interrupt may land between COMMIT and the flag.
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:  # damaged, full, read-only: say what to do
+            raise explain(exc, self.path) from None
+
+    # -- locks: files beside the index (locks.py) -----------------------------------------
+
+    def write_lock(self, on_wait: Callable[[str], None] | None = None
+                   ) -> AbstractContextManager[None]:
+        from loomcli import locks
+
+        return locks.write_lock(self.path, on_wait)
+
+    def building(self) -> bool:
+        from loomcli import locks
+
+        return locks.building(self.path)
+
+    def take_builder_lock(self) -> int | None:
+        from loomcli import locks
+
+        return locks.take_builder_lock(self.path) if locks.HAVE_LOCKS else None
+
+    def builder_turns(self) -> Turns:
+        from loomcli import locks
+
+        return locks.Turns(self.path)
 
     # -- roots and display paths ---------------------------------------------------------
 
@@ -939,31 +791,18 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------
 
-    def rank(self, query: str, limit: int, operator: str = "auto",
-             among: Sequence[int] | None = None, prefix: bool = False
+    def rank(self, query: Query, limit: int, among: Sequence[int] | None = None
              ) -> list[tuple[int, float]]:
-        """(file id, BM25 score) best first. `auto`: all words must match, else any may.
-        `fill`: the files holding all words first, then those holding any, up to limit
-        (for questions: a long one rarely has all its words in one file). `among`: only
-        these files (search's --glob and --path)."""
-        if operator == "fill":
-            every = self.rank(query, limit, "AND", among, prefix)
-            if len(every) < limit:
-                seen = {fid for fid, _ in every}
-                every += [h for h in self.rank(query, limit, "OR", among, prefix)
-                          if h[0] not in seen]
-            return every[:limit]
+        """(file id, BM25 score) best first. `among`: only these files (search's --glob
+        and --path)."""
+        match = match_of(query)
+        if not match:
+            return []
         where, extra = self._among("rowid", among)
-        for op in (("AND", "OR") if operator == "auto" else (operator,)):
-            match = quote_fts(query, op, prefix)
-            if not match:
-                return []
-            rows = self.conn.execute(
-                f"SELECT rowid, -rank FROM fts WHERE fts MATCH ?{where} ORDER BY rank "
-                "LIMIT ?", (match, *extra, limit)).fetchall()
-            if rows:
-                return [(int(r[0]), float(r[1])) for r in rows]
-        return []
+        rows = self.conn.execute(
+            f"SELECT rowid, -rank FROM fts WHERE fts MATCH ?{where} ORDER BY rank "
+            "LIMIT ?", (match, *extra, limit)).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
 
     @staticmethod
     def _among(column: str, among: Sequence[int] | None) -> tuple[str, tuple[str, ...]]:
@@ -977,11 +816,11 @@ class Store:
         return (f" AND {shown} IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(among)),))
 
-    def rank_passages(self, query: str, limit: int, operator: str = "OR",
-                      among: Sequence[int] | None = None) -> list[tuple[int, int, float]]:
+    def rank_passages(self, query: Query, limit: int, among: Sequence[int] | None = None
+                      ) -> list[tuple[int, int, float]]:
         """(file id, passage number, BM25 score) of the passages that have vectors, best
         first: a long manual competes with a short note passage for passage."""
-        match = quote_fts(query, operator)
+        match = match_of(query)
         if not match:
             return []
         where, extra = self._among(f"(rowid & {FILE_MASK})", among)
@@ -991,9 +830,9 @@ class Store:
         return [(int(r) & FILE_MASK, int(r) >> CHUNK_SHIFT, float(score))
                 for r, score in rows]
 
-    def frequency(self, word: str, cap: int) -> int:
-        """In how many files a query word occurs, counted up to `cap` (bounded cost)."""
-        match = quote_fts(word)
+    def frequency(self, query: Query, cap: int) -> int:
+        """In how many files a query matches, counted up to `cap` (bounded cost)."""
+        match = match_of(query)
         if not match:
             return 0
         return int(self.conn.execute(
@@ -1002,38 +841,6 @@ class Store:
 
     def file_count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
-
-    def search(self, query: str, limit: int, operator: str = "auto",
-               among: Sequence[int] | None = None, prefix: bool = False) -> list[Hit]:
-        """BM25-ranked files. `auto`: all words must match, else any word may."""
-        return self.hits(self.rank(query, limit, operator, among, prefix), query)
-
-    def hits(self, ranked: list[tuple[int, float]], query: str,
-             near: dict[int, int] | None = None) -> list[Hit]:
-        """Hits for ranked file ids, each with a snippet: around the first query word, or
-        at the byte offset `near` gives for it (a passage found by meaning)."""
-        info = self.hits_for([fid for fid, _ in ranked])
-        words = query_words(query)
-        out = []
-        for fid, score in ranked:
-            if fid not in info:
-                continue  # removed by a scan meanwhile
-            path, title, content_len, body_at = info[fid]
-            # Snippets from a bounded part of each hit, not FTS5's snippet(), which reads
-            # and tokenizes the whole text (seconds for a long log); a note's from its
-            # body, after its front matter.
-            passage = (near or {}).get(fid, 0)
-            start = passage or body_at
-            text = self.text_bytes(fid, start, NEAR_SNIPPET_BYTES if passage else
-                                   SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
-            snippet, at = snippet_at(text, words)
-            if passage and snippet and not snippet.startswith("…"):
-                snippet = "…" + snippet
-            offset = start + utf8_len(text[:at])
-            pages = self.pages(fid)
-            page = bisect_right(pages, offset) if pages else None
-            out.append(Hit(path, title, score, snippet, fid, content_len, page, offset))
-        return out
 
     def list_files(self) -> list[FileInfo]:
         rows = self.conn.execute(
@@ -1060,11 +867,12 @@ class Store:
         except sqlite3.OperationalError:  # no such row: removed by a scan meanwhile
             return b""
 
-    def candidates(self, match: str) -> dict[int, set[int] | None]:
-        """The blocks whose text holds every trigram of a trigram MATCH expression
-        (trigrams.query_for), by file id: a superset of where a pattern can match. A
-        text not in the trigram index yet is a candidate whole (None: every block).
-        One statement, so one snapshot: a text indexed meanwhile is never missed."""
+    def candidates(self, need: Need) -> dict[int, set[int] | None]:
+        """The blocks whose text holds every trigram of what a pattern requires
+        (trigrams.required), by file id: a superset of where it can match. A text not
+        in the trigram index yet is a candidate whole (None: every block). One
+        statement, so one snapshot: a text indexed meanwhile is never missed."""
+        match = grams_match(need)
         found: dict[int, set[int] | None] = {}
         for rowid, pending in self.conn.execute(
                 "SELECT rowid, 0 FROM grams WHERE grams MATCH ? "

@@ -25,8 +25,9 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
-from loomcli.excerpt import STOPWORDS, excerpt, retrieval_query
+from loomcli.excerpt import excerpt
 from loomcli.store import Store
+from loomcli.text import STOPWORDS, retrieval_query
 
 BUDGET, HEAD = 8000, 1200
 TEMPLATES = [

@@ -91,9 +91,10 @@ def evaluate(work: Path) -> None:
     import numpy as np
 
     from loomcli import semantic
-    from loomcli.excerpt import retrieval_query
     from loomcli.operations import Corpus
+    from loomcli.retrieve import rank_files
     from loomcli.store import Store
+    from loomcli.text import retrieval_query
 
     questions = tomllib.loads((ROOT / "tests/bench/eval/questions.toml").read_text())["q"]
     corpus = Corpus.default()
@@ -125,14 +126,14 @@ def evaluate(work: Path) -> None:
         t = time.perf_counter()
         qv = embedder.embed([text])[0]
         t_embed += time.perf_counter() - t
-        auto = [fid for fid, _ in store.rank(text, 50, "auto")]
-        anyw = [fid for fid, _ in store.rank(retrieval_query(text), 50, "OR")]
-        fill = [fid for fid, _ in store.rank(retrieval_query(text), 50, "fill")]
+        auto = [fid for fid, _ in rank_files(store, text, 50, "auto")]
+        anyw = [fid for fid, _ in rank_files(store, retrieval_query(text), 50, "OR")]
+        fill = [fid for fid, _ in rank_files(store, retrieval_query(text), 50, "fill")]
         sem = [p.file_id for p in index.rank(qv, 50)]
         whole = files[np.argsort(-(means @ qv))[:50]].tolist()
         pinned: set[int] = set()
         for word in semantic.identifiers(text):
-            pinned.update(fid for fid, _ in store.rank(word, 3, "AND"))
+            pinned.update(fid for fid, _ in rank_files(store, word, 3, "AND"))
         record("loom search before (BM25, AND then OR)", q, auto)
         record("BM25, OR over content words", q, anyw)
         record("BM25, content words: all, then any", q, fill)

@@ -112,7 +112,7 @@ def old_hybrid(store, index, vector, query):
     import numpy as np
 
     from loomcli import retrieve
-    from loomcli.excerpt import retrieval_query
+    from loomcli.text import retrieval_query
 
     sims = index.similarities(vector)
     take = min(len(sims), 2000)
@@ -127,10 +127,10 @@ def old_hybrid(store, index, vector, query):
             score[fid] = score.get(fid, 0.0) + float(sims[i]) * 0.6 ** k
         seen[fid] = k + 1
     sem = sorted(score, key=lambda f: -score[f])[:50]
-    kw = [fid for fid, _ in store.rank(retrieval_query(query), 50, "fill", None)]
+    kw = [fid for fid, _ in retrieve.rank_files(store, retrieval_query(query), 50, "fill")]
     pinned = set()
     for word in retrieve.identifiers(query):
-        pinned.update(fid for fid, _ in store.rank(word, 3, "AND", None))
+        pinned.update(fid for fid, _ in retrieve.rank_files(store, word, 3, "AND"))
     fused: dict[int, float] = {}
     for r, fid in enumerate(kw, 1):
         fused[fid] = fused.get(fid, 0.0) + 1 / (60 + r)

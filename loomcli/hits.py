@@ -1,0 +1,47 @@
+"""Search hits as a person reads them: each ranked file with its path, title and a
+snippet around the query's first word, for every backend alike (the store gives the
+rows and byte ranges, text.py the snippet rule).
+
+Snippets are cut from a bounded part of each hit, not by the database (SQLite's
+snippet() reads and tokenizes the whole text: seconds for a long log); a note's from its
+body, after its front matter.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from loomcli.store.rows import Hit
+from loomcli.text import SNIPPET_SCAN_BYTES, query_words, snippet_at, utf8_len
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from loomcli.store.seam import IndexStore
+
+NEAR_SNIPPET_BYTES = 2000  # a passage found by meaning: its snippet is from the passage
+
+
+def hits(store: IndexStore, ranked: list[tuple[int, float]], query: str,
+         near: dict[int, int] | None = None) -> list[Hit]:
+    """Hits for ranked file ids, each with a snippet: around the first query word, or
+    at the byte offset `near` gives for it (a passage found by meaning). A file removed
+    by a scan meanwhile is left out."""
+    info = store.hits_for([fid for fid, _ in ranked])
+    words = query_words(query)
+    out = []
+    for fid, score in ranked:
+        if fid not in info:
+            continue
+        path, title, content_len, body_at = info[fid]
+        passage = (near or {}).get(fid, 0)
+        start = passage or body_at
+        text = store.text_bytes(fid, start, NEAR_SNIPPET_BYTES if passage else
+                                SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
+        snippet, at = snippet_at(text, words)
+        if passage and snippet and not snippet.startswith("…"):
+            snippet = "…" + snippet
+        offset = start + utf8_len(text[:at])
+        pages = store.pages(fid)
+        page = bisect_right(pages, offset) if pages else None
+        out.append(Hit(path, title, score, snippet, fid, content_len, page, offset))
+    return out
