@@ -439,14 +439,22 @@ def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None
 _KEPT = threading.local()  # per thread: {index path: ((st_dev, st_ino), Store)}
 
 
-def _kept_store(path: Path) -> Store:
+def _kept_store(path: Path | str) -> Store:
     """This thread's open read connection to the index at `path`, reopened when the file
-    was replaced (`scan --rebuild`) or removed."""
+    was replaced (`scan --rebuild`) or removed; a server's database (a url) is kept as
+    long as it answers."""
     import os
 
     from loomcli.store import open_store
 
     kept: dict[str, tuple[tuple[int, int], Store]] = _KEPT.__dict__.setdefault("stores", {})
+    if isinstance(path, str):
+        entry = kept.get(path)
+        if entry is None:
+            kept[path] = ((0, 0), open_store(path))
+            return kept[path][1]
+        entry[1].forget_roots()
+        return entry[1]
     try:
         st = os.stat(path)
     except OSError:
@@ -463,7 +471,7 @@ def _kept_store(path: Path) -> Store:
     return store
 
 
-def _drop_kept_store(path: Path) -> None:
+def _drop_kept_store(path: Path | str) -> None:
     entry = _KEPT.__dict__.get("stores", {}).pop(str(path), None)
     if entry is not None:
         entry[1].close()
@@ -505,21 +513,45 @@ class Corpus:
     def index_path(self) -> Path:
         return self.db_path or self.config.db_path
 
+    @property
+    def location(self) -> Path | str:
+        """Where the index is: the PostgreSQL database of `[store] url` (or
+        $LOOM_DATABASE_URL), else the SQLite file (always, for a corpus of `serve
+        --corpus-root`: its own file)."""
+        import os
+
+        url = None if self.db_path else (getattr(self.config, "store_url", None)
+                                         or os.environ.get("LOOM_DATABASE_URL") or None)
+        return url or self.index_path
+
+    def index_exists(self) -> bool:
+        """Whether the index was made (a scan ran): its file, or loom's tables in the
+        database."""
+        location = self.location
+        if isinstance(location, Path):
+            return location.exists()
+        try:
+            with self.store():
+                return True
+        except IndexMissingError:
+            return False
+
     @contextmanager
     def store(self, *, create: bool = False) -> Iterator[Store]:
         from loomcli.errors import IndexStateError
         from loomcli.store import open_store
 
+        location = self.location
         if self.keep_open and not create:
-            store = _kept_store(self.index_path)
+            store = _kept_store(location)
             try:
                 with store.guard():  # damaged, full, read-only: say what to do
                     yield store
             except IndexStateError:
-                _drop_kept_store(self.index_path)
+                _drop_kept_store(location)
                 raise
             return
-        with open_store(self.index_path, create=create) as store, store.guard():
+        with open_store(location, create=create) as store, store.guard():
             yield store
 
     # -- config -------------------------------------------------------------------------
@@ -754,7 +786,7 @@ class Corpus:
         _text("path", path, required=False)  # a name that is not UTF-8 is never indexed
         looks_on_disk = (os.path.isabs(os.path.expanduser(path)) or path.startswith(("./", "../"))
                          or path in (".", "..") or os.path.exists(path))
-        if not looks_on_disk or not self.index_path.exists():
+        if not looks_on_disk or not self.index_exists():
             return path
         with self.store() as store:
             found = store.on_disk(path)
@@ -854,7 +886,7 @@ class Corpus:
 
     def failures(self) -> list[dict[str, str]]:
         """The files that failed to extract and why (at most FAILURES_SHOWN)."""
-        if not self.index_path.exists():
+        if not self.index_exists():
             return []
         with self.store() as store:
             return store.failures(FAILURES_SHOWN)
@@ -867,11 +899,14 @@ class Corpus:
         from loomcli.extract import ocr, pdf
 
         reader = ocr.settings(self.config.get("ocr.enabled"), self.config.get("ocr.languages"))
-        out = Status(str(self.config.path), self.config.exists, str(self.index_path),
+        from loomcli.store import shown_location
+
+        out = Status(str(self.config.path), self.config.exists,
+                     shown_location(self.location),
                      engines={"pdf": pdf.engine(),
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
-        if self.index_path.exists():
+        if self.index_exists():
             out.index_exists = True
             with self.store() as store:
                 out.counts = store.status()
@@ -931,7 +966,7 @@ class Corpus:
         from loomcli import indexer
 
         chosen = list(dirs) or list(self.roots or [])
-        if chosen or not self.index_path.exists():
+        if chosen or not self.index_exists():
             return indexer.resolve_roots(self.config, None, chosen)
         with self.store() as store:
             return indexer.resolve_roots(self.config, store, [])
@@ -948,6 +983,9 @@ class Corpus:
                             "name them: loom scan --rebuild DIR...") from None
         from loomcli.locks import write_lock
 
+        if not isinstance(self.location, Path):
+            raise IndexStateError("scan --rebuild works on an SQLite index only",
+                                  "for PostgreSQL: drop and create the database, then scan")
         path = self.index_path
         with write_lock(path):  # a writer of the old index (grep's builder) is done first
             if path.exists():

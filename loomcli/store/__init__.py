@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from loomcli.store.seam import IndexStore
 
 __all__ = ["FileInfo", "FileRow", "Hit", "Root", "Store", "explain", "open_store",
-           "quote_fts"]
+           "quote_fts", "shown_location"]
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
@@ -32,3 +32,11 @@ def open_store(location: str | Path, *, create: bool = False) -> IndexStore:
         backend: Any = import_module("loomcli.store.postgres")  # its driver: only then
         return backend.Store.open(location, create=create)
     return Store.open(Path(location), create=create)
+
+
+def shown_location(location: str | Path) -> str:
+    """Where an index is, for people: its path, or its url without a password."""
+    import re
+
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1@", location) if isinstance(location, str) \
+        else str(location)
