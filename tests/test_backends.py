@@ -108,8 +108,11 @@ def _files(backends: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
 
 
 def _ranked(result: Any) -> list[tuple[str, float]]:
+    """(path, score) best first; exact ties in path order (the files' ids, FTS5's order
+    among ties, differ between two scans: files are stored as their extraction ends)."""
     hits = result["hits"] if isinstance(result, dict) else result
-    return [(h["path"], round(h["score"], 3)) for h in hits]
+    return sorted(((h["path"], round(h["score"], 3)) for h in hits),
+                  key=lambda ps: (-ps[1], ps[0]))
 
 
 def test_hybrid_search_is_the_same_on_both_backends(backends, folders) -> None:

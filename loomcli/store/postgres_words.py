@@ -208,7 +208,8 @@ def phrase_hits(rows: Sequence[tuple[int, int, str, Sequence[int]]], tokens: lis
 
 
 def bm25(freq: float, idf: float, length: int, avgdl: float) -> float:
-    return idf * (freq * (K1 + 1.0)) / (freq + K1 * (1 - B + B * length / avgdl))
+    # In FTS5's order of operations (fts5_aux.c), so that equal scores stay equal.
+    return idf * ((freq * (K1 + 1.0)) / (freq + K1 * (1 - B + B * length / avgdl)))
 
 
 def idf(rows: int, hits: int) -> float:
