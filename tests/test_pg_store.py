@@ -4,7 +4,6 @@ lock across processes, and scanners running at once."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
