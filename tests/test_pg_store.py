@@ -219,3 +219,35 @@ def test_scanners_at_once_never_lose_or_duplicate_a_file(tmp_path, pg_url) -> No
     assert len(found) == len(set(found))  # no file twice
     assert sorted(found) == sorted(expected)
     assert len(found) > 12
+
+
+def test_grep_index_is_filled_after_the_scan_by_a_builder(tmp_path, pg_url) -> None:
+    """As on SQLite, a large scan leaves grep's trigram index to a process of its own:
+    meanwhile grep reads the pending texts whole (the same matches); the builder then
+    indexes every block, and candidates come from the index."""
+    import time
+
+    from loomcli import config as config_mod
+    from loomcli import grep
+    from loomcli.indexer import Indexer
+    from loomcli.store import open_store
+    from loomcli.trigrams import required
+
+    for n in range(30):
+        write(tmp_path / "d" / f"n{n}.md", f"note {n}\n" + "filler line of text\n" * 200
+              + ("the rare needle here\n" if n % 7 == 0 else ""))
+    store = open_store(pg_url, create=True)
+    Indexer(store, config_mod.load(), grep_inline_bytes=0).scan([tmp_path / "d"])
+    expected = [f"n{n}.md" for n in sorted(range(0, 30, 7), key=lambda n: f"n{n}.md")]
+    assert [m.path for m in grep.matches(store, "rare needle", indexed=True)] == expected
+    deadline = time.monotonic() + 120
+    while store.grams_pending()[0] or store.building():  # the builder's end, not a clock
+        assert time.monotonic() < deadline, "grep's index builder never finished"
+        time.sleep(0.05)
+    need = required("rare needle")
+    assert need is not None
+    found = store.candidates(need)
+    assert sorted(found) == sorted(fid for fid, p in store.paths() if p in expected)
+    assert all(blocks == {0} for blocks in found.values())
+    assert [m.path for m in grep.matches(store, "rare needle", indexed=True)] == expected
+    store.close()
