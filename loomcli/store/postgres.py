@@ -56,6 +56,7 @@ MIGRATE_LOCK = 7_206_001  # advisory lock keys (per database)
 WRITE_LOCK = 7_206_002
 BUILDER_LOCK = 7_206_003  # held by the process filling grep's index (grep_index.py)
 CONNECT_TIMEOUT = 10  # seconds
+FLUSH_ROWS = 100_000  # postings buffered before they are sent (about 20 MB)
 
 
 def is_url(value: object) -> bool:
@@ -208,6 +209,7 @@ class PostgresStore:
         self.shown = shown_url(url)  # what messages call the index
         self._roots: list[Root] | None = None
         self._stats: dict[str, tuple[int, int]] = {}
+        self._pending: dict[str, list[tuple[Any, ...]]] = {}  # postings not sent yet
 
     # -- opening -----------------------------------------------------------------------
 
@@ -268,9 +270,11 @@ class PostgresStore:
         self._q("BEGIN")
 
     def commit(self) -> None:
+        self._flush()
         self._q("COMMIT")
 
     def rollback(self) -> None:
+        self._pending = {}
         if self.in_transaction:
             self._q("ROLLBACK")
 
@@ -473,18 +477,34 @@ class PostgresStore:
         doc.text = ""
 
     def _index(self, table: str, doc: int, file_id: int, columns: list[str | None]) -> None:
-        """A document's postings and column lengths in `table`_terms / `table`_len."""
+        """A document's postings and column lengths in `table`_terms / `table`_len:
+        buffered, and sent in one COPY per table when the transaction commits, a read
+        needs them, or FLUSH_ROWS are waiting (a COPY per file spent most of a first
+        scan waiting for the server's answers)."""
         lens = [0] * len(columns)
-        with self.pg.cursor() as cur, cur.copy(
-                f"COPY {table}_terms (term, doc, col, tf, pos) FROM STDIN") as copy:
-            for term, col, count, positions in bm.words().postings(columns):
-                lens[col] += count
-                copy.write_row((term, doc, col, count, "{" + positions + "}"))
-        self._q(f"INSERT INTO {table}_len (doc, file_id, lens, total) VALUES (%s, %s, %s, %s)",
-                (doc, file_id, lens, sum(lens)))
+        rows = self._pending.setdefault(f"{table}_terms", [])
+        for term, col, count, positions in bm.words().postings(columns):
+            lens[col] += count
+            rows.append((term, doc, col, count, "{" + positions + "}"))
+        self._pending.setdefault(f"{table}_len", []).append(
+            (doc, file_id, "{" + ",".join(map(str, lens)) + "}", sum(lens)))
         self._stats.pop(table, None)
+        if sum(map(len, self._pending.values())) >= FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send the buffered postings (see _index)."""
+        columns = {"fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
+                   "fts_len": "doc, file_id, lens, total", "chunk_len": "doc, file_id, lens, total"}
+        pending, self._pending = self._pending, {}
+        for table, rows in pending.items():
+            with self.pg.cursor() as cur, cur.copy(
+                    f"COPY {table} ({columns[table]}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
 
     def _unindex(self, table: str, file_id: int) -> None:
+        self._flush()
         self._q(f"DELETE FROM {table}_terms WHERE doc IN (SELECT doc FROM {table}_len "
                 "WHERE file_id = %s)", (file_id,))
         self._q(f"DELETE FROM {table}_len WHERE file_id = %s", (file_id,))
@@ -789,6 +809,7 @@ class PostgresStore:
     # -- BM25 (postgres_words.py) ------------------------------------------------------------
 
     def _totals(self, table: str) -> tuple[int, int]:
+        self._flush()
         """(documents, tokens) of a BM25 table, as FTS5 keeps them."""
         if table not in self._stats or self.in_transaction:
             n, total = self._q(f"SELECT count(*), coalesce(sum(total), 0) FROM {table}_len"
@@ -799,6 +820,7 @@ class PostgresStore:
     def _phrase_hits(self, table: str, phrase: bm.Phrase, columns: tuple[str, ...],
                      weights: tuple[float, ...]) -> dict[int, float]:
         """A phrase's weighted frequency in each document that holds it."""
+        self._flush()
         tokens = bm.words().tokens(phrase.text)
         if not tokens:
             return {}
