@@ -137,7 +137,9 @@ def test_grep_finds_what_sqlite_finds_through_the_trigram_index(tmp_path, pg_url
         assert found["sqlite"], pattern
     with psycopg.connect(pg_url) as conn:
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
-    assert "blocks_trgm" in indexes
+        trgm = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'"
+                            ).fetchone()
+    assert ("blocks_trgm" in indexes) == bool(trgm)  # the pgserver wheel's has no pg_trgm
     for store in stores.values():
         store.close()
 
