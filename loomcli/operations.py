@@ -899,10 +899,7 @@ class Corpus:
         from loomcli.extract import ocr, pdf
 
         reader = ocr.settings(self.config.get("ocr.enabled"), self.config.get("ocr.languages"))
-        from loomcli.store import shown_location
-
-        out = Status(str(self.config.path), self.config.exists,
-                     shown_location(self.location),
+        out = Status(str(self.config.path), self.config.exists, str(self.index_path),
                      engines={"pdf": pdf.engine(),
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
@@ -983,9 +980,6 @@ class Corpus:
                             "name them: loom scan --rebuild DIR...") from None
         from loomcli.locks import write_lock
 
-        if not isinstance(self.location, Path):
-            raise IndexStateError("scan --rebuild works on an SQLite index only",
-                                  "for PostgreSQL: drop and create the database, then scan")
         path = self.index_path
         with write_lock(path):  # a writer of the old index (grep's builder) is done first
             if path.exists():

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from loomcli.store.seam import IndexStore
 
 __all__ = ["FileInfo", "FileRow", "Hit", "Root", "Store", "explain", "open_store",
-           "quote_fts", "shown_location"]
+           "quote_fts"]
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
@@ -33,10 +33,3 @@ def open_store(location: str | Path, *, create: bool = False) -> IndexStore:
         return backend.Store.open(location, create=create)
     return Store.open(Path(location), create=create)
 
-
-def shown_location(location: str | Path) -> str:
-    """Where an index is, for people: its path, or its url without a password."""
-    import re
-
-    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1@", location) if isinstance(location, str) \
-        else str(location)

@@ -67,9 +67,7 @@ def is_url(value: object) -> bool:
 
 def shown_url(url: str) -> str:
     """The url without a password, for messages."""
-    from loomcli.store import shown_location
-
-    return shown_location(url)
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1@", url)
 
 
 _FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
