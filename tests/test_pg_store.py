@@ -253,3 +253,33 @@ def test_grep_index_is_filled_after_the_scan_by_a_builder(tmp_path, pg_url) -> N
     assert all(blocks == {0} for blocks in found.values())
     assert [m.path for m in grep.matches(store, "rare needle", indexed=True)] == expected
     store.close()
+
+
+def test_a_server_keeps_its_connection_and_survives_losing_it(tmp_path, pg_url,
+                                                              monkeypatch) -> None:
+    """`loom serve` and `loom mcp` keep one connection per thread (keep_open): it is
+    reused while it answers; when the database drops it, that request fails in one line
+    and the next opens a new one."""
+    import psycopg
+
+    from loomcli import config as config_mod
+    from loomcli.errors import IndexStateError
+    from loomcli.operations import Corpus
+
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    shutil.copytree(FIXTURES / "notes", tmp_path / "notes")
+    corpus = Corpus(config_mod.load(), keep_open=True)
+    corpus.scan([tmp_path / "notes"])
+    first = [h.to_dict() for h in corpus.search("loom", mode="bm25").hits]
+    assert first
+    with corpus.store() as store:
+        pid = store.pg.info.backend_pid
+    assert [h.to_dict() for h in corpus.search("loom", mode="bm25").hits] == first
+    with corpus.store() as store:
+        assert store.pg.info.backend_pid == pid  # kept, not reopened
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(IndexStateError) as lost:
+        corpus.search("loom", mode="bm25")
+    assert "\n" not in str(lost.value)
+    assert [h.to_dict() for h in corpus.search("loom", mode="bm25").hits] == first
