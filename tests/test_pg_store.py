@@ -283,3 +283,23 @@ def test_a_server_keeps_its_connection_and_survives_losing_it(tmp_path, pg_url,
         corpus.search("loom", mode="bm25")
     assert "\n" not in str(lost.value)
     assert [h.to_dict() for h in corpus.search("loom", mode="bm25").hits] == first
+
+
+def test_an_empty_or_foreign_database_is_told_apart(pg_url, pg_server) -> None:
+    import psycopg
+
+    from loomcli.errors import IndexMissingError, IndexStateError
+    from loomcli.store import open_store
+
+    with pytest.raises(IndexMissingError, match="no index in postgresql://"):
+        open_store(pg_url)
+    open_store(pg_url, create=True).close()
+    open_store(pg_url).close()  # made once, opened after
+    other = pg_server.create_db()
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id integer)")
+    with pytest.raises(IndexStateError, match="not a loom index"):
+        open_store(other, create=True)
+    with psycopg.connect(other, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                            ).fetchone()[0] == 1  # left alone

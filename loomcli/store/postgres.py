@@ -174,22 +174,27 @@ def migrate(conn: Any) -> None:
         conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK,))
 
 
-def _check_owner(conn: Any, url: str) -> None:
-    """Refuse a database that holds tables loom did not make, or that a newer loom
-    migrated further."""
-    tables = {r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
-    if not tables:
-        return
+def _check_owner(conn: Any, url: str) -> set[str] | None:
+    """The migrations this database has (None: an empty database, loom's to fill); a
+    database holding tables loom did not make, or that a newer loom migrated further, is
+    refused. One statement for an index that exists (every cold command asks)."""
+    import psycopg
+
+    try:
+        done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+    except psycopg.errors.UndefinedTable:
+        if conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
+                        "LIMIT 1").fetchone():
+            raise IndexStateError(f"the database {shown_url(url)} holds tables, but not a "
+                                  "loom index", "point [store] url at an empty database"
+                                  ) from None
+        return None
     known = {name for name, _ in MIGRATIONS}
-    if "migrations" not in tables:
-        raise IndexStateError(f"the database {shown_url(url)} holds tables, but not a "
-                              "loom index", "point [store] url at an empty database")
-    done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
     if done - known:
         raise IndexStateError(
             f"the index in {shown_url(url)} was made by a newer loom (it has migration "
             f"{max(done - known)})", "upgrade loom")
+    return done
 
 
 def explain(exc: Exception, url: str) -> IndexStateError:
@@ -225,13 +230,12 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise explain(exc, url) from None
         try:
-            _check_owner(conn, url)
-            if not create and not conn.execute(
-                    "SELECT 1 FROM pg_tables WHERE tablename = 'migrations' "
-                    "AND schemaname = current_schema()").fetchone():
+            done = _check_owner(conn, url)
+            if done is None and not create:
                 raise IndexMissingError(f"no index in {shown_url(url)} yet",
                                         "run `loom scan DIR` to index a folder first")
-            migrate(conn)
+            if done is None or {name for name, _ in MIGRATIONS} - done:
+                migrate(conn)
         except psycopg.Error as exc:
             conn.close()
             raise explain(exc, url) from None
