@@ -58,7 +58,8 @@ BUILDER_LOCK = 7_206_003  # held by the process filling grep's index (grep_index
 CONNECT_TIMEOUT = 10  # seconds
 READ_BYTES = 8 << 20  # text grep reads in one statement (iter_texts)
 READ_FILES = 500
-FLUSH_ROWS = 100_000  # postings buffered before they are sent (about 20 MB)
+FLUSH_ROWS = 100_000  # rows buffered before they are sent (about 20 MB)
+FLUSH_BYTES = 16 << 20  # characters of text buffered before they are sent
 
 
 def is_url(value: object) -> bool:
@@ -183,12 +184,22 @@ def _check_owner(conn: Any, url: str) -> set[str] | None:
     try:
         done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
     except psycopg.errors.UndefinedTable:
-        if conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
-                        "LIMIT 1").fetchone():
-            raise IndexStateError(f"the database {shown_url(url)} holds tables, but not a "
-                                  "loom index", "point [store] url at an empty database"
-                                  ) from None
-        return None
+        # Looked at again under the migrations' lock: another process may be making
+        # the index right now (its tables appear, `migrations` first).
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK,))
+        try:
+            tables = {r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+            if "migrations" in tables:
+                done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+            elif tables:
+                raise IndexStateError(f"the database {shown_url(url)} holds tables, but "
+                                      "not a loom index",
+                                      "point [store] url at an empty database") from None
+            else:
+                return None
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK,))
     known = {name for name, _ in MIGRATIONS}
     if done - known:
         raise IndexStateError(
@@ -214,7 +225,8 @@ class PostgresStore:
         self.shown = shown_url(url)  # what messages call the index
         self._roots: list[Root] | None = None
         self._stats: dict[str, tuple[int, int]] = {}
-        self._pending: dict[str, list[tuple[Any, ...]]] = {}  # postings not sent yet
+        self._pending: dict[str, list[tuple[Any, ...]]] = {}  # rows not sent yet
+        self._pending_bytes = 0  # characters of text among them
 
     # -- opening -----------------------------------------------------------------------
 
@@ -278,7 +290,7 @@ class PostgresStore:
         self._q("COMMIT")
 
     def rollback(self) -> None:
-        self._pending = {}
+        self._pending, self._pending_bytes = {}, 0
         if self.in_transaction:
             self._q("ROLLBACK")
 
@@ -461,12 +473,10 @@ class PostgresStore:
         text = doc.text.replace("\x00", " ") if "\x00" in doc.text else doc.text
         pages = json.dumps(doc.pages, separators=(",", ":")) if doc.pages is not None else None
         blocks = _blocks(file_id, text)
-        self._q("INSERT INTO docs (id, pages, blocks) VALUES (%s, %s, %s)",
-                (file_id, pages, len(blocks)))
-        with self.pg.cursor() as cur, cur.copy(
-                "COPY blocks (file_id, n, start, line, body) FROM STDIN") as copy:
-            for row in blocks:
-                copy.write_row(row)
+        # Sent with the postings (_flush: docs first, its blocks refer to it).
+        self._pending.setdefault("docs", []).append((file_id, pages, len(blocks)))
+        self._pending.setdefault("blocks", []).extend(blocks)
+        self._pending_bytes += len(text)
         del blocks
         if relpath is None:
             relpath = self._q("SELECT relpath FROM files WHERE id = %s",
@@ -493,14 +503,18 @@ class PostgresStore:
         self._pending.setdefault(f"{table}_len", []).append(
             (doc, file_id, "{" + ",".join(map(str, lens)) + "}", sum(lens)))
         self._stats.pop(table, None)
-        if sum(map(len, self._pending.values())) >= FLUSH_ROWS:
+        if self._pending_bytes >= FLUSH_BYTES or \
+                sum(map(len, self._pending.values())) >= FLUSH_ROWS:
             self._flush()
 
     def _flush(self) -> None:
-        """Send the buffered postings (see _index)."""
+        """Send the buffered rows (see _index): texts, their blocks, postings."""
         columns = {"fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
-                   "fts_len": "doc, file_id, lens, total", "chunk_len": "doc, file_id, lens, total"}
-        pending, self._pending = self._pending, {}
+                   "fts_len": "doc, file_id, lens, total", "chunk_len": "doc, file_id, lens, total",
+                   "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body"}
+        if not self._pending:
+            return
+        pending, self._pending, self._pending_bytes = self._pending, {}, 0
         for table, rows in pending.items():
             with self.pg.cursor() as cur, cur.copy(
                     f"COPY {table} ({columns[table]}) FROM STDIN") as copy:
@@ -538,6 +552,7 @@ class PostgresStore:
                       link.alias, link.line) for n, link in enumerate(meta.links)])
 
     def _drop_text(self, file_id: int) -> None:
+        self._flush()
         self._unindex("chunk", file_id)
         self._unindex("fts", file_id)
         for table in ("notes", "tags", "links", "vectors"):
@@ -630,12 +645,14 @@ class PostgresStore:
 
     def grams_pending(self) -> tuple[int, int]:
         """(files, bytes of text) not in grep's trigram index yet."""
+        self._flush()
         files, size = self._q(
             "SELECT count(*), coalesce(sum(f.content_len), 0) FROM files f WHERE f.id IN "
             "(SELECT file_id FROM blocks WHERE NOT indexed)").fetchone()
         return int(files), int(size)
 
     def grams_batch(self, max_bytes: int) -> list[int]:
+        self._flush()
         ids: list[int] = []
         total = 0
         for fid, size in self._q(
@@ -650,6 +667,7 @@ class PostgresStore:
     def index_grams(self, file_ids: Iterable[int]) -> None:
         """Put these texts' blocks into the trigram index (inside the caller's
         transaction)."""
+        self._flush()
         self._q("UPDATE blocks SET indexed = true WHERE file_id = ANY(%s) AND NOT indexed",
                 (list(file_ids),))
 
@@ -657,6 +675,7 @@ class PostgresStore:
         return None  # GIN merges its pending list itself (VACUUM, or when it is full)
 
     def block_starts(self, file_id: int) -> list[tuple[int, int]] | None:
+        self._flush()
         rows = [(int(a), int(b)) for a, b in self._q(
             "SELECT start, line FROM blocks WHERE file_id = %s ORDER BY n", (file_id,))]
         return rows if len(rows) > 1 else None
@@ -664,6 +683,7 @@ class PostgresStore:
     def candidates(self, need: Need) -> dict[int, set[int] | None]:
         """The blocks that may hold a match: those holding each literal `need` requires
         (trigrams.required), asked as ILIKE of the pg_trgm GIN index. One statement."""
+        self._flush()
         where, params = _condition(need)
         found: dict[int, set[int] | None] = {}
         for fid, n in self._q(f"SELECT file_id, n FROM blocks WHERE indexed AND ({where}) "
@@ -746,6 +766,7 @@ class PostgresStore:
 
     def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None) -> bytes:
         """A byte range of a file's UTF-8 text: only the blocks it spans are read."""
+        self._flush()
         offset = max(offset, 0)
         end = offset if length is None else offset + max(length, 0)
         sql = ("SELECT start, convert_to(body, 'UTF8') FROM blocks WHERE file_id = %s "
@@ -763,6 +784,7 @@ class PostgresStore:
         return data[start:] if length is None else data[start:start + length]
 
     def pages(self, file_id: int) -> list[int] | None:
+        self._flush()
         row = self._q("SELECT pages FROM docs WHERE id = %s", (file_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
@@ -925,6 +947,7 @@ class PostgresStore:
         return min(cap, len(bm.matching(tree, found, order)))
 
     def file_count(self) -> int:
+        self._flush()
         return int(self._q("SELECT count(*) FROM docs").fetchone()[0])
 
     def list_files(self) -> list[FileInfo]:
@@ -954,6 +977,7 @@ class PostgresStore:
             "ORDER BY root_id, relpath LIMIT %s", (limit,))]
 
     def status(self) -> dict[str, object]:
+        self._flush()
         counts = dict(self._q("SELECT kind, count(*) FROM files WHERE indexed_at IS NOT NULL "
                               "GROUP BY kind").fetchall())
         failed = self._q("SELECT count(*) FROM files WHERE error IS NOT NULL").fetchone()[0]
