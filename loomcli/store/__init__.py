@@ -32,4 +32,3 @@ def open_store(location: str | Path, *, create: bool = False) -> IndexStore:
         backend: Any = import_module("loomcli.store.postgres")  # its driver: only then
         return backend.Store.open(location, create=create)
     return Store.open(Path(location), create=create)
-
