@@ -447,14 +447,23 @@ def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None
 _KEPT = threading.local()  # per thread: {index path: ((st_dev, st_ino), Store)}
 
 
-def _kept_store(path: Path) -> Store:
+def _kept_store(path: Path | str, connect: Callable[[], Any] | None = None) -> Store:
     """This thread's open read connection to the index at `path`, reopened when the file
-    was replaced (`scan --rebuild`) or removed."""
+    was replaced (`scan --rebuild`) or removed; a server's database (a url) is kept as
+    long as it answers (`connect`: to a replica, when there are some)."""
     import os
 
     from loomcli.store import open_store
 
     kept: dict[str, tuple[tuple[int, int], Store]] = _KEPT.__dict__.setdefault("stores", {})
+    if isinstance(path, str):
+        entry = kept.get(path)
+        if entry is None:
+            kept[path] = ((0, 0), open_store(path, connect=connect,
+                                             replica=connect is not None))
+            return kept[path][1]
+        entry[1].forget_roots()
+        return entry[1]
     try:
         st = os.stat(path)
     except OSError:
@@ -471,7 +480,7 @@ def _kept_store(path: Path) -> Store:
     return store
 
 
-def _drop_kept_store(path: Path) -> None:
+def _drop_kept_store(path: Path | str) -> None:
     entry = _KEPT.__dict__.get("stores", {}).pop(str(path), None)
     if entry is not None:
         entry[1].close()
@@ -516,21 +525,59 @@ class Corpus:
     def index_path(self) -> Path:
         return self.db_path or self.config.db_path
 
+    @property
+    def location(self) -> Path | str:
+        """Where the index is: the PostgreSQL database of `[store] url` (or
+        $LOOM_DATABASE_URL), else the SQLite file (always, for a corpus of `serve
+        --corpus-root`: its own file)."""
+        url = None if self.db_path else self.config.store_url
+        return url or self.index_path
+
+    def index_exists(self) -> bool:
+        """Whether the index was made (a scan ran): its file, or loom's tables in the
+        database."""
+        location = self.location
+        if isinstance(location, Path):
+            return location.exists()
+        try:
+            with self.store():
+                return True
+        except IndexMissingError:
+            return False
+
     @contextmanager
-    def store(self, *, create: bool = False) -> Iterator[Store]:
+    def store(self, *, create: bool = False, write: bool = False) -> Iterator[Store]:
+        """The index, open. On PostgreSQL with `[store] read_urls`, a read (neither
+        `create` nor `write`) goes to the first replica that answers, a write to the
+        primary (store/pg_connect.py)."""
         from loomcli.errors import IndexStateError
         from loomcli.store import open_store
 
-        if self.keep_open and not create:
-            store = _kept_store(self.index_path)
+        location = self.location
+        router = None
+        connect: Callable[[], Any] | None = None
+        writing = create or write
+        if isinstance(location, str):
+            from loomcli.store.pg_connect import Router
+
+            router = Router.shared(self.config)
+            if router is not None:
+                connect = (lambda: router.connect_primary(autocommit=True)) if writing \
+                    else router.connect_reader
+        reading_replicas = router is not None and not writing and bool(self.config.read_urls)
+        if self.keep_open and not writing:
+            store = _kept_store(location, connect if reading_replicas else None)
             try:
                 with store.guard():  # damaged, full, read-only: say what to do
                     yield store
             except IndexStateError:
-                _drop_kept_store(self.index_path)
+                _drop_kept_store(location)
+                if router is not None and hasattr(store, "pg"):
+                    router.lost(store.pg)  # the next read goes to the next server
                 raise
             return
-        with open_store(self.index_path, create=create) as store, store.guard():
+        with open_store(location, create=create, connect=connect,
+                        replica=reading_replicas) as store, store.guard():
             yield store
 
     # -- config -------------------------------------------------------------------------
@@ -765,7 +812,7 @@ class Corpus:
         _text("path", path, required=False)  # a name that is not UTF-8 is never indexed
         looks_on_disk = (os.path.isabs(os.path.expanduser(path)) or path.startswith(("./", "../"))
                          or path in (".", "..") or os.path.exists(path))
-        if not looks_on_disk or not self.index_path.exists():
+        if not looks_on_disk or not self.index_exists():
             return path
         with self.store() as store:
             found = store.on_disk(path)
@@ -865,7 +912,7 @@ class Corpus:
 
     def failures(self) -> list[dict[str, str]]:
         """The files that failed to extract and why (at most FAILURES_SHOWN)."""
-        if not self.index_path.exists():
+        if not self.index_exists():
             return []
         with self.store() as store:
             return store.failures(FAILURES_SHOWN)
@@ -893,7 +940,7 @@ class Corpus:
                     out.replicas = router.replica_status()
                 finally:
                     router.close()
-        if self.index_path.exists():
+        if self.index_exists():
             out.index_exists = True
             with self.store() as store:
                 out.counts = store.status()
@@ -953,7 +1000,7 @@ class Corpus:
         from loomcli import indexer
 
         chosen = list(dirs) or list(self.roots or [])
-        if chosen or not self.index_path.exists():
+        if chosen or not self.index_exists():
             return indexer.resolve_roots(self.config, None, chosen)
         with self.store() as store:
             return indexer.resolve_roots(self.config, store, [])
@@ -970,14 +1017,14 @@ class Corpus:
                             "name them: loom scan --rebuild DIR...") from None
         from loomcli.store import set_aside
 
-        set_aside(self.index_path)
+        set_aside(self.location)
         return roots
 
     def forget(self, folder: str) -> int:
         """Drop an indexed folder and its files from the index; how many files went."""
         from loomcli import indexer
 
-        with self.store() as store:
+        with self.store(write=True) as store:
             return indexer.forget(store, folder)
 
     # -- ask: the arguments checked here, the rest in ask.session ---------------------------

@@ -159,3 +159,27 @@ def bm25_hits(store: Any, query: str, limit: int, operator: str = "auto") -> lis
     from loomcli.retrieve import rank_files
 
     return hits(store, rank_files(store, query, limit, operator), query)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Any:
+    """A real PostgreSQL for the session (tests/pg.py), stopped at its end; the tests that
+    use it skip, with the reason, where none can be started."""
+    from tests import pg
+
+    why = pg.reason()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        server = pg.start_server()
+    except RuntimeError as exc:
+        pytest.skip(f"PostgreSQL could not be started: {exc}")
+    yield server
+    server.stop()
+    shutil.rmtree(server.base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """The url of a new, empty database on the session's PostgreSQL."""
+    return str(pg_server.create_db())

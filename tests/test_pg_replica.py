@@ -5,6 +5,7 @@ line; `lag` as the standby reports it; passwords and sslmode reach libpq."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,17 @@ def pair(servers: pg_replica.Pair) -> pg_replica.Pair:
 
 def dead_url() -> str:
     return f"postgresql://{pg_replica.USER}@127.0.0.1:{pg_replica.free_port()}/postgres"
+
+
+def fresh_db(pair: pg_replica.Pair, name: str) -> str:
+    """A new empty database on the primary (replicated to the standby): its name. The
+    `postgres` database holds the tables of the router's tests, not a loom index."""
+    import psycopg
+
+    with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return name
 
 
 def where(conn: Any) -> tuple[bool, int]:
@@ -224,24 +236,25 @@ def test_status_names_the_primary_and_its_replicas(pair: pg_replica.Pair, tmp_pa
     replica's lag; with the standby down, that replica is shown down."""
     import json
 
-    env = {**os.environ, "LOOM_DATABASE_URL": pair.primary.url(),
+    db = fresh_db(pair, "loom_status")
+    env = {**os.environ, "LOOM_DATABASE_URL": pair.primary.url(db),
            "LOOM_CONFIG": str(tmp_path / "config.toml")}
-    (tmp_path / "config.toml").write_text(f'[store]\nread_urls = ["{pair.standby.url()}"]\n')
+    (tmp_path / "config.toml").write_text(f'[store]\nread_urls = ["{pair.standby.url(db)}"]\n')
     pair.wait_replayed()
     run = subprocess.run([sys.executable, "-m", "loomcli", "status", "--json"], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
     assert data["backend"] == "postgresql"
-    assert data["store"] == f"postgresql: 127.0.0.1:{pair.primary.port}/postgres"
-    assert [r["url"] for r in data["replicas"]] == [f"127.0.0.1:{pair.standby.port}/postgres"]
+    assert data["store"] == f"postgresql: 127.0.0.1:{pair.primary.port}/{db}"
+    assert [r["url"] for r in data["replicas"]] == [f"127.0.0.1:{pair.standby.port}/{db}"]
     assert data["replicas"][0]["up"] is True
     pair.standby.kill()
     run = subprocess.run([sys.executable, "-m", "loomcli", "status"], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert f"index:  postgresql: 127.0.0.1:{pair.primary.port}/postgres (" in run.stdout
-    assert (f"replica: 127.0.0.1:{pair.standby.port}/postgres: down (Connection refused)"
+    assert f"index:  postgresql: 127.0.0.1:{pair.primary.port}/{db} (" in run.stdout
+    assert (f"replica: 127.0.0.1:{pair.standby.port}/{db}: down (Connection refused)"
             in run.stdout)
 
 
@@ -249,13 +262,54 @@ def test_status_with_the_primary_down_still_shows_the_replica(pair: pg_replica.P
                                                               tmp_path: Path) -> None:
     import json
 
-    (tmp_path / "config.toml").write_text(f'[store]\nurl = "{pair.primary.url()}"\n'
-                                          f'read_urls = ["{pair.standby.url()}"]\n')
+    db = fresh_db(pair, "loom_status_down")
+    (tmp_path / "config.toml").write_text(f'[store]\nurl = "{pair.primary.url(db)}"\n'
+                                          f'read_urls = ["{pair.standby.url(db)}"]\n')
     env = {**os.environ, "LOOM_CONFIG": str(tmp_path / "config.toml")}
     env.pop("LOOM_DATABASE_URL", None)
+    pair.wait_replayed()
     pair.primary.kill()
     run = subprocess.run([sys.executable, "-m", "loomcli", "status", "--json"], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     [replica] = json.loads(run.stdout)["replicas"]
     assert (replica["up"], replica["in_recovery"], replica["lag_bytes"]) == (True, True, None)
+
+
+def test_loom_reads_from_the_replica_with_the_primary_down(pair: pg_replica.Pair,
+                                                           tmp_path: Path) -> None:
+    """The commands themselves: a scan writes to the primary; with the primary killed,
+    `loom search`, `grep` and `get` answer from the standby and a scan fails in one line
+    naming the primary."""
+    name = fresh_db(pair, "loom_cli")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "boiler.md").write_text("# Boiler\nThe boiler pressure should read 1.5 bar.\n")
+    (notes / "garden.md").write_text("# Garden\nPrune the roses in late winter.\n")
+    (tmp_path / "config.toml").write_text(f'[store]\nurl = "{pair.primary.url(name)}"\n'
+                                          f'read_urls = ["{pair.standby.url(name)}"]\n')
+    env = {**os.environ, "LOOM_CONFIG": str(tmp_path / "config.toml"),
+           "LOOM_HOME": str(tmp_path / "home")}
+    env.pop("LOOM_DATABASE_URL", None)
+
+    def loom(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "loomcli", *args], env=env,
+                              capture_output=True, text=True)
+
+    scanned = loom("scan", str(notes))
+    assert scanned.returncode == 0, scanned.stderr
+    pair.wait_replayed()
+    pair.primary.kill()
+    found = loom("search", "boiler pressure", "--json")
+    assert found.returncode == 0, found.stderr
+    first = json.loads(found.stdout)["hits"][0]["path"]
+    assert first.endswith("boiler.md")
+    grep = loom("grep", "-c", "roses")
+    assert grep.returncode == 0 and grep.stdout.strip().endswith(":1"), grep
+    got = loom("get", first)
+    assert got.returncode == 0 and "1.5 bar" in got.stdout, got
+    again = loom("scan", str(notes))
+    assert again.returncode != 0
+    [line] = again.stderr.strip().splitlines()
+    assert line.startswith(f"loom: the primary at 127.0.0.1:{pair.primary.port}/{name} is "
+                           "down"), line

@@ -13,6 +13,7 @@ from loomcli.store.sqlite import Store, explain, quote_fts
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from loomcli.store.seam import IndexStore
@@ -23,15 +24,19 @@ __all__ = ["FileInfo", "FileRow", "Hit", "Root", "Store", "explain", "open_store
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_store(location: str | Path, *, create: bool = False) -> IndexStore:
+def open_store(location: str | Path, *, create: bool = False,
+               connect: Callable[[], Any] | None = None, replica: bool = False
+               ) -> IndexStore:
     """The index at `location`: a `postgresql://` URL (store/postgres.py), else the path
     of an SQLite file. `create`: make it when missing (else a missing index is an
-    IndexMissingError saying to scan first)."""
+    IndexMissingError saying to scan first). A server's database only: `connect` makes
+    its connection (store/pg_connect.py's router: a replica for reads, the primary for
+    writes), `replica` says it may be a read-only standby."""
     if isinstance(location, str) and location.startswith(SERVER_SCHEMES):
         from importlib import import_module
 
         backend: Any = import_module("loomcli.store.postgres")  # its driver: only then
-        return backend.Store.open(location, create=create)
+        return backend.Store.open(location, create=create, connect=connect, replica=replica)
     return Store.open(Path(location), create=create)
 
 

@@ -1,0 +1,305 @@
+"""The PostgreSQL store on a real server (tests/pg.py): BM25 scores equal to FTS5's,
+byte ranges across grep's blocks, grep's candidates, migrations applied once, the write
+lock across processes, and scanners running at once."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, write
+
+LOOM = [sys.executable, "-m", "loomcli"]
+
+
+def _stores(tmp_path: Path, pg_url: str, *folders: Path):  # type: ignore[no-untyped-def]
+    """Both stores, each with `folders` scanned by the real indexer."""
+    from loomcli import config as config_mod
+    from loomcli.indexer import Indexer
+    from loomcli.store import open_store
+
+    config = config_mod.load()
+    out = {}
+    for name, location in (("sqlite", tmp_path / "index.db"), ("postgresql", pg_url)):
+        store = open_store(location, create=True)
+        Indexer(store, config).scan(list(folders))
+        out[name] = store
+    return out
+
+
+def _by_path(store, ranked):  # type: ignore[no-untyped-def]
+    """Ranked files by path (ids differ between two scans: files are stored as their
+    extraction ends), exact ties in path order (FTS5 leaves their order open)."""
+    paths = dict(store.paths())
+    return sorted(((paths[f], s) for f, s in ranked), key=lambda ps: (-round(ps[1], 9), ps[0]))
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> list[Path]:
+    out = []
+    for name in ("notes", "scripts", "vault"):
+        shutil.copytree(FIXTURES / name, tmp_path / "data" / name)
+        out.append(tmp_path / "data" / name)
+    return out
+
+
+def test_bm25_scores_are_fts5s(tmp_path, pg_url, data) -> None:
+    """Every kind of query FTS5 is given — words, phrases, prefixes, acronyms, CJK pairs,
+    AND and OR — scores the same files the same (to float rounding) on PostgreSQL."""
+    from loomcli.text import parse
+
+    stores = _stores(tmp_path, pg_url, *data)
+    compared = 0
+    for words in ("loom", "loom workshop", '"sourdough bread"', "UPS", "ups battery",
+                  "NUMA", "内存", "実装", "Home", "idea", "e-mail", "weav", "the a of"):
+        for operator in ("AND", "OR"):
+            for prefix in (False, True):
+                query = parse(words, operator, prefix)
+                lite = _by_path(stores["sqlite"], stores["sqlite"].rank(query, 50))
+                pg = _by_path(stores["postgresql"], stores["postgresql"].rank(query, 50))
+                assert [f for f, _ in lite] == [f for f, _ in pg], (words, operator, prefix)
+                assert [s for _, s in lite] == pytest.approx([s for _, s in pg], rel=1e-9)
+                assert stores["sqlite"].frequency(query, 5) == \
+                    stores["postgresql"].frequency(query, 5)
+                compared += bool(lite)
+    assert compared >= 30
+    some = [fid for fid, _ in stores["sqlite"].paths()][::2]
+    query = parse("loom idea", "OR")
+    shown = dict(stores["sqlite"].paths())
+    some_shown = {shown[f] for f in some}
+    pg_some = [f for f, p in stores["postgresql"].paths() if p in some_shown]
+    lite = _by_path(stores["sqlite"], stores["sqlite"].rank(query, 50, among=some))
+    pg = _by_path(stores["postgresql"], stores["postgresql"].rank(query, 50, among=pg_some))
+    assert [f for f, _ in lite] == [f for f, _ in pg] and lite
+    assert {f for f, _ in lite} <= some_shown
+    for store in stores.values():
+        store.close()
+
+
+def test_byte_ranges_and_grep_blocks_of_a_long_text(tmp_path, pg_url) -> None:
+    """A text of several grep blocks (multi-byte characters across their edges): any byte
+    range, the blocks' starts and grep's pieces are SQLite's."""
+    line = "naïve café 東京 — line {n} of a long log with words\n"
+    text = "".join(line.format(n=n) for n in range(6000))  # ~330 KB: 10+ blocks
+    write(tmp_path / "long" / "log.txt", text)
+    stores = _stores(tmp_path, pg_url, tmp_path / "long")
+    body = text.encode("utf-8")
+    lite, pg = stores["sqlite"], stores["postgresql"]
+    (fid_lite, _), = lite.paths()
+    (fid_pg, _), = pg.paths()
+    starts = pg.block_starts(fid_pg)
+    assert starts is not None and len(starts) > 8
+    assert starts == lite.block_starts(fid_lite)
+    rng = random.Random(7)
+    edges = [a for a, _ in starts]
+    for offset, length in [(0, None), (len(body) - 5, 100), (len(body) + 9, 4), (0, 0),
+                           *[(max(e - 3, 0), 7) for e in edges], (-3, 7),
+                           *[(rng.randrange(len(body)), rng.randrange(70_000))
+                             for _ in range(40)]]:
+        got = pg.text_bytes(fid_pg, offset, length)
+        assert got == lite.text_bytes(fid_lite, offset, length), (offset, length)
+        at = max(offset, 0)
+        assert got == (body[at:] if length is None else body[at:at + length])
+    chosen = {3, 4, 7}
+    for by_blocks in (False, True):
+        pieces = {name: [p for _, _, ps, _ in store.iter_texts(None, {f: chosen}, by_blocks)
+                         for p in ps]
+                  for name, store, f in (("sqlite", lite, fid_lite), ("pg", pg, fid_pg))}
+        assert pieces["sqlite"] == pieces["pg"]
+    for store in stores.values():
+        store.close()
+
+
+def test_grep_finds_what_sqlite_finds_through_the_trigram_index(tmp_path, pg_url) -> None:
+    """Candidates are a superset: a case-insensitive pattern with letters PostgreSQL may
+    fold differently (É, Ö) still finds its lines; a pattern with no literal reads
+    everything; the trigram index is there (pg_trgm) and used for literals."""
+    import psycopg
+
+    from loomcli import grep
+
+    write(tmp_path / "d" / "a.md", "ÉCOLE normale\nnothing here\nKÖLN and köln\n")
+    write(tmp_path / "d" / "b.md", "école du soir\n" * 3)
+    write(tmp_path / "d" / "c.md", "unrelated text\n")
+    stores = _stores(tmp_path, pg_url, tmp_path / "d")
+    for pattern, case in (("école", "ignore"), ("KÖLN", "ignore"), ("köln", "sensitive"),
+                          ("ol.", "ignore"), ("(soir|normale)", "ignore"), ("x*", "smart")):
+        found = {name: [(m.path, m.line, m.offset) for m in grep.matches(
+            store, pattern, case=case, indexed=True)] for name, store in stores.items()}
+        assert found["sqlite"] == found["postgresql"], pattern
+        assert found["sqlite"], pattern
+    with psycopg.connect(pg_url) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+        trgm = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'"
+                            ).fetchone()
+    assert ("blocks_trgm" in indexes) == bool(trgm)  # the pgserver wheel's has no pg_trgm
+    for store in stores.values():
+        store.close()
+
+
+def test_migrations_run_once_when_processes_open_a_new_database_at_once(pg_url) -> None:
+    code = ("import sys; from loomcli.store import open_store; "
+            "open_store(sys.argv[1], create=True).close(); print('ok')")
+    procs = [subprocess.Popen([sys.executable, "-c", code, pg_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert (p.returncode, out.strip()) == (0, "ok"), err
+    import psycopg
+
+    from loomcli.store import postgres
+
+    with psycopg.connect(pg_url) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY name")]
+    assert names == [name for name, _ in postgres.MIGRATIONS]
+
+
+HOLDER = """
+import sys
+from loomcli.store import open_store
+store = open_store(sys.argv[1], create=True)
+with store.write_lock():
+    print("locked", flush=True)
+    sys.stdin.readline()  # held until the test says, or the process is killed
+"""
+
+
+def test_the_write_lock_spans_processes_and_dies_with_its_holder(pg_url) -> None:
+    from loomcli.errors import BusyError
+    from loomcli.store import open_store
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, pg_url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        store = open_store(pg_url)
+        with pytest.raises(BusyError), store.write_lock():
+            pass
+        told: list[str] = []
+        holder.send_signal(signal.SIGKILL)  # no goodbye: the server gives the lock back
+        with store.write_lock(told.append):
+            pass  # waited (or not, if the server noticed first), then took it
+        store.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_scanners_at_once_never_lose_or_duplicate_a_file(tmp_path, pg_url) -> None:
+    """Two `loom scan` processes of the same folder, and two of different folders, on one
+    database at once: every file once, the same list as a scan alone gives."""
+    for name in ("notes", "vault"):
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    env = {**os.environ, "LOOM_DATABASE_URL": pg_url}
+    runs = [[str(tmp_path / "notes")], [str(tmp_path / "notes")], [str(tmp_path / "vault")],
+            [str(tmp_path / "vault"), str(tmp_path / "notes")]]
+    procs = [subprocess.Popen([*LOOM, "scan", *folders], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for folders in runs]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    import sqlite3
+
+    import psycopg
+
+    every = "SELECT r.path, f.relpath, f.indexed_at IS NOT NULL FROM files f JOIN roots r " \
+            "ON r.id = f.root_id"
+    with psycopg.connect(pg_url) as conn:
+        found = conn.execute(every).fetchall()
+    alone = {"LOOM_HOME": str(tmp_path / "alone")}
+    subprocess.run([*LOOM, "scan", str(tmp_path / "notes"), str(tmp_path / "vault")],
+                   env={**os.environ, **alone}, check=True, capture_output=True)
+    with sqlite3.connect(tmp_path / "alone" / "index.db") as conn:
+        expected = [(a, b, bool(c)) for a, b, c in conn.execute(every)]
+    assert len(found) == len(set(found))  # no file twice
+    assert sorted(found) == sorted(expected)
+    assert len(found) > 12
+
+
+def test_grep_index_is_filled_after_the_scan_by_a_builder(tmp_path, pg_url) -> None:
+    """As on SQLite, a large scan leaves grep's trigram index to a process of its own:
+    meanwhile grep reads the pending texts whole (the same matches); the builder then
+    indexes every block, and candidates come from the index."""
+    import time
+
+    from loomcli import config as config_mod
+    from loomcli import grep
+    from loomcli.indexer import Indexer
+    from loomcli.store import open_store
+    from loomcli.trigrams import required
+
+    for n in range(30):
+        write(tmp_path / "d" / f"n{n}.md", f"note {n}\n" + "filler line of text\n" * 200
+              + ("the rare needle here\n" if n % 7 == 0 else ""))
+    store = open_store(pg_url, create=True)
+    Indexer(store, config_mod.load(), grep_inline_bytes=0).scan([tmp_path / "d"])
+    expected = [f"n{n}.md" for n in sorted(range(0, 30, 7), key=lambda n: f"n{n}.md")]
+    assert [m.path for m in grep.matches(store, "rare needle", indexed=True)] == expected
+    deadline = time.monotonic() + 120
+    while store.grams_pending()[0] or store.building():  # the builder's end, not a clock
+        assert time.monotonic() < deadline, "grep's index builder never finished"
+        time.sleep(0.05)
+    need = required("rare needle")
+    assert need is not None
+    found = store.candidates(need)
+    assert sorted(found) == sorted(fid for fid, p in store.paths() if p in expected)
+    assert all(blocks == {0} for blocks in found.values())
+    assert [m.path for m in grep.matches(store, "rare needle", indexed=True)] == expected
+    store.close()
+
+
+def test_a_server_keeps_its_connection_and_survives_losing_it(tmp_path, pg_url,
+                                                              monkeypatch) -> None:
+    """`loom serve` and `loom mcp` keep one connection per thread (keep_open): it is
+    reused while it answers; when the database drops it, that request fails in one line
+    and the next opens a new one."""
+    import psycopg
+
+    from loomcli import config as config_mod
+    from loomcli.errors import IndexStateError
+    from loomcli.operations import Corpus
+
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    shutil.copytree(FIXTURES / "notes", tmp_path / "notes")
+    corpus = Corpus(config_mod.load(), keep_open=True)
+    corpus.scan([tmp_path / "notes"])
+    first = [h.to_dict() for h in corpus.search("loom", mode="bm25").hits]
+    assert first
+    with corpus.store() as store:
+        pid = store.pg.info.backend_pid
+    assert [h.to_dict() for h in corpus.search("loom", mode="bm25").hits] == first
+    with corpus.store() as store:
+        assert store.pg.info.backend_pid == pid  # kept, not reopened
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(IndexStateError) as lost:
+        corpus.search("loom", mode="bm25")
+    assert "\n" not in str(lost.value)
+    assert [h.to_dict() for h in corpus.search("loom", mode="bm25").hits] == first
+
+
+def test_an_empty_or_foreign_database_is_told_apart(pg_url, pg_server) -> None:
+    import psycopg
+
+    from loomcli.errors import IndexMissingError, IndexStateError
+    from loomcli.store import open_store
+
+    with pytest.raises(IndexMissingError, match="no index in postgresql://"):
+        open_store(pg_url)
+    open_store(pg_url, create=True).close()
+    open_store(pg_url).close()  # made once, opened after
+    other = pg_server.create_db()
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id integer)")
+    with pytest.raises(IndexStateError, match="not a loom index"):
+        open_store(other, create=True)
+    with psycopg.connect(other, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                            ).fetchone()[0] == 1  # left alone
