@@ -52,6 +52,11 @@ def reason() -> str | None:
     if find_bin() is None:
         return ("no PostgreSQL to start: install Debian's postgresql-15 "
                 "(apt-get install postgresql-15) or the pgserver wheel")
+    return client_reason()
+
+
+def client_reason() -> str | None:
+    """Why this process cannot run a server it starts (the driver, dropping root)."""
     try:
         import psycopg  # noqa: F401
     except ImportError:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from tests.pg import client_reason, free_port
 
 NOBODY = 65534
 BIN = Path("/usr/lib/postgresql/15/bin")
@@ -32,19 +33,9 @@ def reason() -> str | None:
     if missing:
         return (f"no {', '.join(missing)} in {BIN}: install Debian's postgresql-15 "
                 "(apt-get install postgresql-15)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return "psycopg is not installed: pip install 'loom-index[postgres]'"
-    if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        return "running as root and setpriv (util-linux) is missing: initdb refuses root"
-    return None
+    return client_reason()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

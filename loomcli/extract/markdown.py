@@ -19,6 +19,10 @@ import re
 from loomcli.records import Record
 from loomcli.scripts import Lazy
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 FRONT_MAX_CHARS = 64 * 1024  # a longer "front matter" is text (no closing line that soon)
 BODY_SCAN_CHARS = 1 << 20  # tags and links are looked for in this much of a note's body
 TAGS_MAX = 200
@@ -297,3 +301,18 @@ def split_tags(query: str) -> tuple[str, list[str]]:
         else:
             rest.append(word)
     return (" ".join(rest) if tags else query), tags
+
+
+def best_link(key: str, candidates: Iterable[tuple[int, str]]) -> int | None:
+    """Of the files whose name is a link's (`candidates`: file id, display path), the
+    one `[[key]]` names, as Obsidian resolves it: a key with folders must end the path;
+    of several, the shortest path (then the first in path order)."""
+    best: tuple[int, str, int] | None = None
+    for fid, shown in candidates:
+        bare = link_key(shown)
+        if "/" in key and not (bare == key or bare.endswith("/" + key)):
+            continue
+        rank = (len(shown), shown, fid)
+        if best is None or rank < best:
+            best = rank
+    return None if best is None else best[2]

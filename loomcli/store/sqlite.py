@@ -931,19 +931,12 @@ class Store:
         key = markdown.link_key(target)
         if not key:
             return None
-        best: tuple[int, str, int] | None = None
-        for fid, root_id, relpath in self.conn.execute(
-                "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f ON f.id = n.file_id "
-                "WHERE n.name = ? AND f.indexed_at IS NOT NULL",
-                (markdown.name_key(key),)):
-            shown = self.display_path(root_id, relpath)
-            bare = markdown.link_key(shown)
-            if "/" in key and not (bare == key or bare.endswith("/" + key)):
-                continue
-            rank = (len(shown), shown, fid)
-            if best is None or rank < best:
-                best = rank
-        return None if best is None else best[2]
+        rows = self.conn.execute(
+            "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f ON f.id = n.file_id "
+            "WHERE n.name = ? AND f.indexed_at IS NOT NULL",
+            (markdown.name_key(key),))
+        return markdown.best_link(key, ((fid, self.display_path(root_id, rel))
+                                        for fid, root_id, rel in rows))
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         """(target, heading, alias, line) of each link of a note, in its order."""
