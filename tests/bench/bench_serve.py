@@ -49,7 +49,9 @@ def start(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Po
     return proc, int(m.group(1))
 
 
-def load(port: int, keep_alive: bool) -> dict[str, float]:
+def load(port: int | list[int], keep_alive: bool) -> dict[str, float]:
+    """CLIENTS x PER_CLIENT requests; with several ports the clients take them in turn."""
+    ports = port if isinstance(port, list) else [port]
     latencies: list[float] = []
     failures = 0
     lock = threading.Lock()
@@ -70,7 +72,8 @@ def load(port: int, keep_alive: bool) -> dict[str, float]:
             ok = False
             try:
                 if conn is None:
-                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+                    conn = http.client.HTTPConnection("127.0.0.1", ports[n % len(ports)],
+                                                      timeout=TIMEOUT_S)
                 conn.request("POST", path, body=data, headers={
                     "Content-Type": "application/json",
                     "Connection": "keep-alive" if keep_alive else "close"})
