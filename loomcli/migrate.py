@@ -62,6 +62,22 @@ def check_empty(dest: Store) -> None:
                               "migrate into a new .db path or an empty database")
 
 
+def check_new_file(path: Path) -> None:
+    """A destination path is a new file, or an SQLite file (an empty index: one a
+    migration left empty when it was stopped); anything else is refused untouched."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(16)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise IndexStateError(f"{path}: {exc.strerror}", "give the path of a new .db file"
+                              ) from None
+    if head and head != b"SQLite format 3\x00":
+        raise IndexStateError(f"{path} already exists and is not an index",
+                              "give the path of a new .db file")
+
+
 def copy(source: Store, dest: Store, progress: Callable[[str], None]) -> Migrated:
     """Copy `source` into the empty `dest` (both open; the source is only read). The
     files, texts and vectors go in one transaction (an interrupted migration leaves the
@@ -80,8 +96,9 @@ def copy(source: Store, dest: Store, progress: Callable[[str], None]) -> Migrate
                 if (copied.name, copied.prefix) != (root.name, root.prefix):
                     raise IndexStateError(
                         f"the folder {root.path} would be shown as {copied.prefix!r} in "
-                        f"{done.to}, not {root.prefix!r} (its first folder was "
-                        "forgotten)", f"scan {root.path} into {done.to} instead")
+                        f"{done.to}, not {root.prefix!r} (the index's first folder was "
+                        "forgotten, and paths shown would change)",
+                        "scan the folders into the new index instead")
                 done.roots += 1
                 rows = sorted(source.files_under(root.id).values(), key=lambda r: r.id)
                 for row in rows:

@@ -935,6 +935,8 @@ class Corpus:
                 self.location, Path) and dest.resolve() == self.location.resolve()):
             raise QueryError(f"{migrate.shown(target)} is the index itself",
                              "give a new .db path or another database's url")
+        if isinstance(dest, Path):
+            migrate.check_new_file(dest)
         with self.store(write=True) as source, open_store(dest, create=True) as copy, \
                 copy.guard():
             return migrate.copy(source, copy, progress)

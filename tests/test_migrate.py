@@ -151,3 +151,26 @@ def test_vectors_move_with_the_index(tmp_path, homes) -> None:
         counts = {name: json.loads(loom(homes[name], "status", "--json").stdout)["vectors"]
                   for name in ("sqlite", "postgresql")}
         assert counts["sqlite"] == counts["postgresql"], counts
+
+
+def test_what_a_new_sqlite_file_cannot_be_is_refused_untouched(tmp_path) -> None:
+    """SQLite only (no server needed): a file that is not an index, a folder, and an
+    index whose first folder was forgotten (its paths would change) — one line each, the
+    destination as it was."""
+    env = {"LOOM_HOME": str(tmp_path / "home")}
+    folders = _scan(tmp_path, env, ("notes", "vault"))
+    other = write(tmp_path / "notes.txt", "not an index\n")
+    run = loom(env, "migrate", "--to", str(other), check=2)
+    assert run.stderr == f"loom: {other} already exists and is not an index — give the " \
+        "path of a new .db file\n"
+    assert other.read_text() == "not an index\n"
+    run = loom(env, "migrate", "--to", str(tmp_path), check=2)
+    assert run.stderr.startswith(f"loom: {tmp_path}: ") and run.stderr.count("\n") == 1
+    loom(env, "forget", str(folders[0]))
+    run = loom(env, "migrate", "--to", str(tmp_path / "copy.db"), check=2)
+    assert "first folder was forgotten" in run.stderr.splitlines()[-1], run.stderr
+    # What was begun was rolled back: the same path takes another index's migration.
+    fresh = {"LOOM_HOME": str(tmp_path / "fresh")}
+    loom(fresh, "scan", str(folders[0]))
+    assert "copied 9 files" in loom(fresh, "migrate", "--to", str(tmp_path / "copy.db")
+                                    ).stdout
