@@ -192,6 +192,23 @@ def forget(
 
 
 @app.command()
+def migrate(
+    to: Annotated[str, typer.Option(
+        "--to", help="Where to copy the index: a postgresql:// url of an empty database, "
+        "or the path of a new .db file.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy the index into PostgreSQL or a new SQLite file, without reading a file again
+    (this index is left as it is; conversations stay in their local file)."""
+    done = _corpus().migrate(to, lambda line: _err(f"migrate: {line}"))
+    if as_json:
+        _print_json(done.to_dict())
+        return
+    _out(f"copied {done.files} files ({done.failed} failed, {done.skipped} skipped, "
+         f"{done.vectors} with vectors) from {done.roots} folders into {_shown(done.to)}")
+
+
+@app.command()
 def search(
     query: Annotated[list[str], typer.Argument(help="Words to look for (any text).")],
     limit: Annotated[int | None, typer.Option(

@@ -496,6 +496,15 @@ FORGET = Operation("forget", (
         HTTP: "changes which folders are indexed: the user's choice, in a terminal",
         PAGE: "changes which folders are indexed: the user's choice, in a terminal"})
 
+_TO = ("Where to copy the index: a postgresql:// url of an empty database, or the path "
+       "of a new .db file.")
+_MIGRATE_WHY = "moves the whole index to another backend: the user's choice, in a terminal"
+MIGRATE = Operation("migrate", (
+    Param("to", STRING, _TO, required=True,
+          cli=(Option(("--to",), "to", TEXT, None, _TO),), edges=()),
+    _json(),
+), command="migrate", why={MCP: _MIGRATE_WHY, HTTP: _MIGRATE_WHY, PAGE: _MIGRATE_WHY})
+
 LINKS = Operation("links", (
     Param("note", STRING, "A note's path as `loom files` shows it, or its path on disk.",
           required=True,
@@ -539,7 +548,7 @@ TERMS = Operation("terms", (
 
 
 OPERATIONS = {op.name: op for op in (SEARCH, GREP, GET, FILES, STATUS, ASK, SCAN, FORGET,
-                                     LINKS, EVAL, PAGES, TERMS)}
+                                     MIGRATE, LINKS, EVAL, PAGES, TERMS)}
 
 
 # -- made from the declaration ------------------------------------------------------------

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from loomcli.ask.window import Budget
     from loomcli.grep import GrepResult, Match
     from loomcli.indexer import OnChange, Progress, ScanReport
+    from loomcli.migrate import Migrated
     from loomcli.providers import Provider
     from loomcli.store.rows import FileInfo, Hit
     from loomcli.store.seam import IndexStore as Store
@@ -920,6 +921,25 @@ class Corpus:
     def files(self) -> FileList:
         with self.store() as store:
             return FileList(store.list_files())
+
+    def migrate(self, to: Any, progress: Callable[[str], None]) -> Migrated:
+        """Copy this index into `to` (a `postgresql://` url, or the path of a new SQLite
+        file) without reading a file again (migrate.py); this index is only read."""
+        from loomcli import migrate
+        from loomcli.store import SERVER_SCHEMES, open_store
+
+        target = _text("to", to)
+        dest: Path | str = target if target.startswith(SERVER_SCHEMES) else \
+            Path(target).expanduser().absolute()
+        if str(dest) == str(self.location) or (isinstance(dest, Path) and isinstance(
+                self.location, Path) and dest.resolve() == self.location.resolve()):
+            raise QueryError(f"{migrate.shown(target)} is the index itself",
+                             "give a new .db path or another database's url")
+        if isinstance(dest, Path):
+            migrate.check_new_file(dest)
+        with self.store(write=True) as source, open_store(dest, create=True) as copy, \
+                copy.guard():
+            return migrate.copy(source, copy, progress)
 
     def status(self) -> Status:
         from loomcli.extract import ocr, pdf
