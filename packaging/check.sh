@@ -33,8 +33,10 @@ if missing:
 # A cold `loom grep` imports these: without their bytecode each start compiles them again
 # (pipx's pip compiles at install, even with PYTHONDONTWRITEBYTECODE set).
 package = next(venv.glob("lib/python*/site-packages/loomcli"))
-for name in ("fastpath", "reading", "console", "operations", "store", "grep"):
-    if not list((package / "__pycache__").glob(f"{name}.*.pyc")):
+for name in ("fastpath", "reading", "console", "operations", "store/sqlite", "text",
+             "grep"):
+    folder, _, stem = f"/{name}".rpartition("/")
+    if not list((package / folder.lstrip("/") / "__pycache__").glob(f"{stem}.*.pyc")):
         sys.exit(f"pipx installed loomcli/{name}.py without its bytecode")
 PYEOF
 export LOOM_HOME="$work/home"
