@@ -315,3 +315,25 @@ def test_eval_reports_the_same_figures_and_asks_the_same(backends, notes, tmp_pa
     assert report["questions"] == 4
     assert report["modes"]["bm25"]["recall_10"] >= 0.5
     assert len(sent["sqlite"]) >= 4 and sent["sqlite"] == sent["postgresql"]
+
+
+def test_serve_outlives_a_restart_of_the_database_server(backends, notes, pg_server
+                                                         ) -> None:
+    """A kept connection the server closed (a restart, a failover) is opened anew: no
+    request fails after the server is back (SQLite has nothing to restart)."""
+    env = backends["postgresql"]
+    scan({"postgresql": env}, notes)
+    server = Server(env)
+    try:
+        before = [server.call("/search", {"query": "warp"}),
+                  server.call("/grep", {"pattern": "warp"})]
+        done = pg_server._run(str(pg_server.bin / "pg_ctl"), "-D", str(pg_server.data),
+                              "-l", str(pg_server.base / "log"), "-w", "-m", "fast",
+                              "restart")
+        assert done.returncode == 0, done.stderr
+        after = [server.call("/search", {"query": "warp"}),
+                 server.call("/grep", {"pattern": "warp"})]
+    finally:
+        server.stop()
+    assert before[0][0] == before[1][0] == 200 and before[0][1]["hits"]
+    assert _rounded(after) == _rounded(before)
