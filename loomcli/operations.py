@@ -459,6 +459,9 @@ def _kept_store(path: Path | str, connect: Callable[[], Any] | None = None) -> S
     kept: dict[str, tuple[tuple[int, int], Store]] = _KEPT.__dict__.setdefault("stores", {})
     if isinstance(path, str):
         entry = kept.get(path)
+        if entry is not None and not entry[1].still_open():
+            _drop_kept_store(path)  # the server restarted: a new connection, no error
+            entry = None
         if entry is None:
             kept[path] = ((0, 0), open_store(path, connect=connect,
                                              replica=connect is not None))

@@ -365,6 +365,20 @@ class PostgresStore:
     def forget_roots(self) -> None:
         self._roots = None
 
+    def still_open(self) -> bool:
+        """False when the server closed this idle connection (a restart, a failover,
+        idle_session_timeout): its socket then holds the server's goodbye or its end.
+        Asked without a round trip: a select on the socket, nothing sent."""
+        import select
+
+        if self.pg.closed or self.pg.broken or self.in_transaction:
+            return not (self.pg.closed or self.pg.broken)
+        try:
+            readable, _, _ = select.select([self.pg.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable  # an idle connection is sent nothing unasked
+
     def display_path(self, root_id: int, relpath: str) -> str:
         prefix = next((r.prefix for r in self.roots() if r.id == root_id), "")
         return f"{prefix}/{relpath}" if prefix else relpath

@@ -133,6 +133,10 @@ class IndexStore(Protocol):
     def forget_roots(self) -> None:
         """Drop the cached roots (a scan elsewhere may have added one)."""
 
+    def still_open(self) -> bool:
+        """Whether a kept store can serve the next request: a server database closes an
+        idle connection when it restarts or fails over (a server keeps then opens anew)."""
+
     def ensure_root(self, path: Path) -> Root: ...
 
     def display_path(self, root_id: int, relpath: str) -> str: ...
