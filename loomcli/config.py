@@ -371,8 +371,12 @@ def check_store_url(path: Path, key: str, value: Any, *, password_ok: bool = Fal
     elif why is None and any(c.isspace() for c in text):
         why = "it holds spaces"
     if why is not None:
-        raise ConfigError(f"{path}: key {key!r} is not a PostgreSQL URL ({why}): "
-                          f"{_without_password(str(value))[:200]!r}",
+        shown = _without_password(str(value))[:200]
+        if str(path).startswith("$"):  # from the environment: no key to set
+            name = str(path)[1:]
+            raise ConfigError(f"{path} is not a PostgreSQL URL ({why}): {shown!r}",
+                              f"export {name}=postgresql://HOST/DB, or unset {name}")
+        raise ConfigError(f"{path}: key {key!r} is not a PostgreSQL URL ({why}): {shown!r}",
                           f"set it like `loom config set {key} postgresql://HOST/DB`, or "
                           f"`loom config unset {key}`")
     if not password_ok and (password is not None or "password" in query):

@@ -58,6 +58,15 @@ def test_a_url_that_is_not_postgresql_is_one_line(loom_home):
     assert "hunter2" not in run.stderr
 
 
+def test_a_bad_url_in_the_environment_says_how_to_mend_the_environment(loom_home, monkeypatch):
+    monkeypatch.setenv("LOOM_DATABASE_URL", "mysql://u:hunter2@db/loom")
+    line = one_line(loom("status", check=2).stderr)
+    assert line.startswith("loom: $LOOM_DATABASE_URL is not a PostgreSQL URL (it must start "
+                           "with postgresql://)"), line
+    assert line.endswith("export LOOM_DATABASE_URL=postgresql://HOST/DB, or unset "
+                         "LOOM_DATABASE_URL") and "hunter2" not in line
+
+
 def test_status_names_the_sqlite_backend(loom_home, notes):
     loom("scan", str(notes))
     data = json.loads(loom("status", "--json").stdout)
