@@ -448,10 +448,12 @@ def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None
 _KEPT = threading.local()  # per thread: {index path: ((st_dev, st_ino), Store)}
 
 
-def _kept_store(path: Path | str, connect: Callable[[], Any] | None = None) -> Store:
+def _kept_store(path: Path | str, connect: Callable[[], Any] | None = None,
+                replica: bool = False) -> Store:
     """This thread's open read connection to the index at `path`, reopened when the file
     was replaced (`scan --rebuild`) or removed; a server's database (a url) is kept as
-    long as it answers (`connect`: to a replica, when there are some)."""
+    long as it answers (`connect`: the replica router's, which knows the password and
+    the replicas; `replica`: it may be a read-only standby)."""
     import os
 
     from loomcli.store import open_store
@@ -463,8 +465,7 @@ def _kept_store(path: Path | str, connect: Callable[[], Any] | None = None) -> S
             _drop_kept_store(path)  # the server restarted: a new connection, no error
             entry = None
         if entry is None:
-            kept[path] = ((0, 0), open_store(path, connect=connect,
-                                             replica=connect is not None))
+            kept[path] = ((0, 0), open_store(path, connect=connect, replica=replica))
             return kept[path][1]
         entry[1].forget_roots()
         return entry[1]
@@ -570,7 +571,7 @@ class Corpus:
                     else router.connect_reader
         reading_replicas = router is not None and not writing and bool(self.config.read_urls)
         if self.keep_open and not writing:
-            store = _kept_store(location, connect if reading_replicas else None)
+            store = _kept_store(location, connect, reading_replicas)
             try:
                 with store.guard():  # damaged, full, read-only: say what to do
                     yield store
