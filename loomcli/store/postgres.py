@@ -41,6 +41,7 @@ from loomcli.migrations import (
 )
 from loomcli.store import postgres_words as bm
 from loomcli.store import sqlite as lite
+from loomcli.store.common import Common
 from loomcli.store.rows import FileInfo, FileRow, Root
 from loomcli.store.sqlite import FILE_MASK, GREP_BLOCK_CHARS, RUN_BYTES
 from loomcli.text import utf8_len
@@ -216,7 +217,7 @@ def explain(exc: Exception, url: str) -> IndexStateError:
                            "are right ([store] url, LOOM_DATABASE_URL)")
 
 
-class PostgresStore:
+class PostgresStore(Common):
     """The index in one PostgreSQL database (its url: `[store] url`)."""
 
     def __init__(self, conn: Any, url: str) -> None:
@@ -272,25 +273,12 @@ class PostgresStore:
     def __enter__(self) -> PostgresStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _q(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         return self.pg.execute(sql, params)
 
     @property
     def location(self) -> str:
         return self.url
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.begin()
-        try:
-            yield
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
 
     def begin(self) -> None:
         self._q("BEGIN")
@@ -362,9 +350,6 @@ class PostgresStore:
     # -- roots and display paths ---------------------------------------------------------
 
     # What needs no SQL is the SQLite store's own code (a path, snippets).
-    def forget_roots(self) -> None:
-        self._roots = None
-
     def still_open(self) -> bool:
         """False when the server closed this idle connection (a restart, a failover,
         idle_session_timeout): its socket then holds the server's goodbye or its end.
@@ -378,14 +363,6 @@ class PostgresStore:
         except (OSError, ValueError):
             return False
         return not readable  # an idle connection is sent nothing unasked
-
-    def display_path(self, root_id: int, relpath: str) -> str:
-        prefix = next((r.prefix for r in self.roots() if r.id == root_id), "")
-        return f"{prefix}/{relpath}" if prefix else relpath
-
-    def on_disk(self, path: str | Path) -> tuple[Root, str] | None:
-        return lite.Store.on_disk(self, path)  # type: ignore[arg-type]
-
 
     def roots(self) -> list[Root]:
         if self._roots is None:

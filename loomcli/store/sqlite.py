@@ -31,6 +31,7 @@ from loomcli.migrations import (
     migrate,
     put_note,
 )
+from loomcli.store.common import Common
 from loomcli.store.rows import FileInfo, FileRow, Root
 from loomcli.text import Query, acronym, parse, utf8_len, words_apart
 from loomcli.trigrams import trigrams
@@ -233,7 +234,7 @@ def set_aside(path: Path) -> None:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-class Store:
+class Store(Common):
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
@@ -289,22 +290,9 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def location(self) -> str:
         return str(self.path.absolute())
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.begin()
-        try:
-            yield
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
 
     def begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
@@ -345,9 +333,6 @@ class Store:
 
     # -- roots and display paths ---------------------------------------------------------
 
-    def forget_roots(self) -> None:
-        self._roots = None
-
     def still_open(self) -> bool:
         return True  # a replaced file is seen by its inode (operations._kept_store)
 
@@ -380,29 +365,6 @@ class Store:
                                 (str(path), name, prefix))
         self._roots = None
         return Root(int(cur.lastrowid or 0), str(path), name, prefix)
-
-    def display_path(self, root_id: int, relpath: str) -> str:
-        prefix = next((r.prefix for r in self.roots() if r.id == root_id), "")
-        return f"{prefix}/{relpath}" if prefix else relpath
-
-    def on_disk(self, path: str | Path) -> tuple[Root, str] | None:
-        """The root and root-relative path of a path on disk (absolute, or relative to
-        the working directory) inside an indexed root — the deepest, should an old index
-        hold nested roots — or None."""
-        try:
-            disk = Path(os.path.expanduser(path)).absolute()
-            real = disk.resolve()
-        except (OSError, RuntimeError, ValueError):
-            return None
-        best: tuple[Root, str] | None = None
-        for root in self.roots():
-            for candidate in (disk, real):
-                if candidate.is_relative_to(root.path):
-                    rel = candidate.relative_to(root.path).as_posix()
-                    if best is None or len(root.path) > len(best[0].path):
-                        best = (root, "" if rel == "." else rel)
-                    break
-        return best
 
     def ids_under(self, root: Root, folder: str) -> list[int]:
         """Ids of the indexed files of `root` inside its subfolder `folder` ("": all)."""
