@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -28,9 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests import pg  # noqa: E402
-from tests.bench.bench_serve import load  # noqa: E402
+from tests.bench.bench_serve import load, start  # noqa: E402
 
 LOOM = [sys.executable, "-m", "loomcli"]
+ROOT = Path(__file__).resolve().parents[2]
 SEARCHES = ("memory barrier", "interrupt handler", "how to configure the scheduler",
             "device tree binding", "unicode strings")
 GREPS = ("spin_lock\\(", "(?i)memory barrier", "^Author", "[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -54,20 +54,9 @@ def wait_for_grep_index(env: dict[str, str]) -> None:
 
 
 def serve(env: dict[str, str], count: int) -> tuple[list[subprocess.Popen[str]], list[int]]:
-    """`count` servers on the same index, each on a free port."""
-    procs, ports = [], []
-    for _ in range(count):
-        proc = subprocess.Popen([*LOOM, "serve", "--port", "0"], env=env,
-                                stderr=subprocess.PIPE, text=True)
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        found = re.search(r":(\d+)", line)
-        if not found:
-            proc.kill()
-            sys.exit(f"server did not start: {line}{proc.stderr.read()}")
-        procs.append(proc)
-        ports.append(int(found.group(1)))
-    return procs, ports
+    """`count` servers on the same index, each on a free port (bench_serve.start)."""
+    started = [start([*LOOM, "serve", "--port", "0"], env, ROOT) for _ in range(count)]
+    return [proc for proc, _ in started], [port for _, port in started]
 
 
 def under_load(env: dict[str, str], count: int) -> dict[str, float]:
