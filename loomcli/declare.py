@@ -619,7 +619,7 @@ def check(op: Operation, args: dict[str, Any], edge: str) -> dict[str, Any]:
                              f"give only {target} ({alias} is its older spelling)")
         out[target] = values[value]
     for p in offered.values():
-        if p.required and p.name not in out:
+        if p.required and out.get(p.name) in (None, ""):  # "" is missing on every edge
             raise QueryError(f"{what}: {p.name} is required")
         if p.name in out:
             _check_value(p, out[p.name])

@@ -321,3 +321,18 @@ def test_the_page_sends_what_the_declaration_says_it_does() -> None:
     for route, op in routes.items():
         declared = {p.name for p in op.on("page") if p.name != "corpus"}
         assert sent[route] == declared, route  # `corpus`: added to every call (call())
+
+
+def test_an_empty_required_field_is_missing_on_every_edge() -> None:
+    """HTTP answered `{"query": ""}` with 'missing "query"' while MCP passed "" on to the
+    operation: the declaration's check now refuses it for both, naming the field."""
+    from loomcli.errors import QueryError
+
+    for op in OPERATIONS.values():
+        for edge in (MCP, HTTP):
+            for p in op.on(edge):
+                if not p.required:
+                    continue
+                args = {q.name: "x" for q in op.on(edge) if q.required}
+                with pytest.raises(QueryError, match=f"{p.name} is required"):
+                    declare.check(op, {**args, p.name: ""}, edge)
