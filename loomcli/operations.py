@@ -894,8 +894,9 @@ class Corpus:
         with self.store() as store:
             row = store.resolve(check_index_path(path))
             links = []
-            for target, heading, alias, line in store.links_of(row.id):
-                fid = store.resolve_link(target)
+            found = store.links_of(row.id)
+            for (target, heading, alias, line), fid in zip(
+                    found, store.resolve_links([t for t, *_ in found], row.id), strict=True):
                 shown = None if fid is None else store.file(fid)
                 links.append({"target": target, "heading": heading, "alias": alias,
                               "line": line, "path": None if shown is None else

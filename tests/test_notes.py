@@ -215,6 +215,71 @@ def test_logseq_graph(tmp_path, loom_home):
     assert back == [{"path": "journals/2024_03_01.md", "title": "2024_03_01", "line": 1}]
 
 
+def links_of(note: str) -> dict:
+    proc = loom("links", note, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_links_resolve_in_their_own_root_first(tmp_path, loom_home):
+    # Two roots, each with its own Index.md and Ideas.md: each index links to its own.
+    for name in ("alpha", "beta"):
+        write(tmp_path / name / "Index.md", f"# {name} index\n\nSee [[Ideas]] and [[Only]] "
+                                            f"and [[Twice]] and [[ideas|mine]].\n")
+        write(tmp_path / name / "Ideas.md", f"# {name} ideas\n\nThoughts of {name}.\n")
+    write(tmp_path / "alpha" / "Only.md", "# Only in alpha\n")
+    write(tmp_path / "alpha" / "Twice.md", "# Twice, alpha\n")
+    write(tmp_path / "gamma" / "Twice.md", "# Twice, gamma\n")
+    proc = loom("scan", *(str(tmp_path / n) for n in ("alpha", "beta", "gamma")))
+    assert proc.returncode == 0, proc.stderr
+    assert loom("files").stdout.split() == [
+        "Ideas.md", "Index.md", "Only.md", "Twice.md", "beta/Ideas.md", "beta/Index.md",
+        "gamma/Twice.md"]
+    alpha, beta = links_of("Index.md"), links_of("beta/Index.md")
+    assert [k["path"] for k in alpha["links"]] == ["Ideas.md", "Only.md", "Twice.md",
+                                                   "Ideas.md"]
+    # elsewhere only when one vault holds the name: Only.md yes, Twice.md (twice) no
+    assert [k["path"] for k in beta["links"]] == ["beta/Ideas.md", "Only.md", None,
+                                                  "beta/Ideas.md"]
+    assert [b["path"] for b in links_of("Ideas.md")["backlinks"]] == ["Index.md"]
+    assert [b["path"] for b in links_of("beta/Ideas.md")["backlinks"]] == ["beta/Index.md"]
+    assert [b["path"] for b in links_of("Only.md")["backlinks"]] == ["Index.md",
+                                                                     "beta/Index.md"]
+    assert [b["path"] for b in links_of("gamma/Twice.md")["backlinks"]] == []
+    counts = {h["path"]: h["backlinks"] for h in search("ideas")}
+    assert counts == {"Ideas.md": 1, "beta/Ideas.md": 1, "Index.md": 0, "beta/Index.md": 0}
+    human = loom("links", str(tmp_path / "beta" / "Index.md")).stdout
+    assert "  3: [[Ideas]] -> beta/Ideas.md\n" in human
+    assert "  3: [[Twice]] -> (no such note)\n" in human
+
+
+def test_links_resolve_in_their_own_vault_inside_one_root(tmp_path, loom_home):
+    # One folder holding two Obsidian vaults and two Logseq graphs: a link stays in its
+    # vault (by path order alone, home/ and g1/ would win every time).
+    shelf = tmp_path / "shelf"
+    for vault in ("home", "work"):
+        write(shelf / vault / ".obsidian" / "app.json", "{}\n")
+        write(shelf / vault / "Plan.md", f"# {vault} plan\n")
+        write(shelf / vault / "Days" / "Today.md", "Follow [[Plan]].\n")
+    for graph in ("g1", "g2"):
+        write(shelf / graph / "logseq" / "config.edn", "{}\n")
+        write(shelf / graph / "pages" / "Topic.md", f"- {graph} topic\n")
+        write(shelf / graph / "journals" / "2024_03_01.md", "- about [[topic]]\n")
+    write(shelf / "Loose.md", "A note of the shelf itself: [[Plan]] [[Topic]] [[Loose]].\n")
+    proc = loom("scan", str(shelf))
+    assert proc.returncode == 0, proc.stderr
+    assert [k["path"] for k in links_of("work/Days/Today.md")["links"]] == ["work/Plan.md"]
+    assert [k["path"] for k in links_of("home/Days/Today.md")["links"]] == ["home/Plan.md"]
+    assert [k["path"] for k in links_of("g2/journals/2024_03_01.md")["links"]] == [
+        "g2/pages/Topic.md"]
+    assert [b["path"] for b in links_of("work/Plan.md")["backlinks"]] == [
+        "work/Days/Today.md"]
+    assert [b["path"] for b in links_of("g2/pages/Topic.md")["backlinks"]] == [
+        "g2/journals/2024_03_01.md"]
+    # From outside every vault, a name two vaults hold is ambiguous; its own, not.
+    assert [k["path"] for k in links_of("Loose.md")["links"]] == [None, None, "Loose.md"]
+
+
 # -- ask --------------------------------------------------------------------------------------
 
 def _context(loom_home: Path, llm: FakeLLM, *args: str) -> str:

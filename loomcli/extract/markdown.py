@@ -303,16 +303,21 @@ def split_tags(query: str) -> tuple[str, list[str]]:
     return (" ".join(rest) if tags else query), tags
 
 
-def best_link(key: str, candidates: Iterable[tuple[int, str]]) -> int | None:
-    """Of the files whose name is a link's (`candidates`: file id, display path), the
-    one `[[key]]` names, as Obsidian resolves it: a key with folders must end the path;
-    of several, the shortest path (then the first in path order)."""
-    best: tuple[int, str, int] | None = None
-    for fid, shown in candidates:
+def best_link(key: str, candidates: Iterable[tuple[int, str, object]],
+              home: object) -> int | None:
+    """Of the files whose name is a link's (`candidates`: file id, display path, vault),
+    the one `[[key]]` names from a note in vault `home`: a key with folders must end the
+    path; one in the note's own vault first, as Obsidian resolves it there (the shortest
+    path, then the first in path order); else, only when every candidate lies in one
+    other vault, that vault's (several vaults holding the name: ambiguous, None)."""
+    best: dict[object, tuple[int, str, int]] = {}
+    for fid, shown, vault in candidates:
         bare = link_key(shown)
         if "/" in key and not (bare == key or bare.endswith("/" + key)):
             continue
         rank = (len(shown), shown, fid)
-        if best is None or rank < best:
-            best = rank
-    return None if best is None else best[2]
+        if vault not in best or rank < best[vault]:
+            best[vault] = rank
+    if home in best:
+        return best[home][2]
+    return next(iter(best.values()))[2] if len(best) == 1 else None

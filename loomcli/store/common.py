@@ -1,5 +1,6 @@
 """What both stores do the same way, over their own SQL: transactions as a context,
-the roots' display paths, a path on disk inside a root. No SQL here."""
+the roots' display paths, a path on disk inside a root, which note a `[[wikilink]]`
+names. No SQL here."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from loomcli.store.rows import Root
+from loomcli.store.rows import FileRow, Root
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+# A vault: the folder holding Obsidian's `.obsidian/` or a Logseq graph's `logseq/`
+# (with its config.edn, as discover.py knows it), else the root. Links resolve in their
+# note's vault first. Read from the disk when links are resolved (a few stat calls a
+# note, once per folder per call); a root not on this machine's disk is one vault.
+VAULT_MARKS = (".obsidian", os.path.join("logseq", "config.edn"))
+Vault = tuple[int, str]  # (root id, folder relative to the root: "" the root itself)
 
 
 class Common:
@@ -22,6 +32,10 @@ class Common:
         def commit(self) -> None: ...
         def rollback(self) -> None: ...
         def close(self) -> None: ...
+        def file(self, file_id: int) -> FileRow: ...
+        def _notes_named(self, name: str) -> Iterable[tuple[int, int, str]]: ...
+        def _links_named(self, name: str) -> Iterable[tuple[int, int, str, str, int]]: ...
+        def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -61,3 +75,64 @@ class Common:
                         best = (root, "" if rel == "." else rel)
                     break
         return best
+
+    # -- [[wikilinks]]: which note a link names (each store's SQL finds the candidates) ---
+
+    def vault(self, root_id: int, relpath: str, seen: dict[Vault, bool]) -> Vault:
+        """The vault a file is in: its deepest folder (up to the root) holding a vault's
+        mark. `seen` remembers each folder's answer for the caller's one operation."""
+        root = next((r for r in self.roots() if r.id == root_id), None)
+        folder = relpath.rpartition("/")[0]
+        while root is not None and folder:
+            key = (root_id, folder)
+            if key not in seen:
+                at = os.path.join(root.path, *folder.split("/"))
+                seen[key] = any(os.path.exists(os.path.join(at, m)) for m in VAULT_MARKS)
+            if seen[key]:
+                return key
+            folder = folder.rpartition("/")[0]
+        return (root_id, "")
+
+    def resolve_links(self, targets: Sequence[str], source: int) -> list[int | None]:
+        """The file each `[[target]]` of note `source` names (None: no such file), as
+        Obsidian resolves it: by file name (a note's without `.md`), case-insensitively;
+        a target with folders must end the file's path; a file in the note's own vault
+        first (of several, the shortest path), else one elsewhere when the name is in
+        only one vault."""
+        row = self.file(source)
+        seen: dict[Vault, bool] = {}
+        done: dict[str, int | None] = {}
+        for target in targets:
+            if target not in done:
+                done[target] = self._resolve(target, row.root_id, row.relpath, seen)
+        return [done[t] for t in targets]
+
+    def _resolve(self, target: str, root_id: int, relpath: str,
+                 seen: dict[Vault, bool]) -> int | None:
+        from loomcli.extract import markdown
+
+        key = markdown.link_key(target)
+        if not key:
+            return None
+        return markdown.best_link(
+            key, ((fid, self.display_path(rid, rel), self.vault(rid, rel, seen))
+                  for fid, rid, rel in self._notes_named(markdown.name_key(key))),
+            self.vault(root_id, relpath, seen))
+
+    def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
+        """For each of these files, the notes that link to it: {file: {note: first line}}.
+        Links are resolved when read, so a note added later catches the links that
+        named it before."""
+        out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
+        seen: dict[Vault, bool] = {}
+        resolved: dict[tuple[str, Vault], int | None] = {}
+        for name in set(self._names(file_ids).values()):
+            for source, root_id, relpath, target, line in self._links_named(name):
+                home = (target, self.vault(root_id, relpath, seen))
+                if home not in resolved:
+                    resolved[home] = self._resolve(target, root_id, relpath, seen)
+                fid = resolved[home]
+                if fid in out and fid != source:
+                    known = out[fid].get(source)
+                    out[fid][source] = line if known is None else min(known, line)
+        return out
