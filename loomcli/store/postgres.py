@@ -810,6 +810,13 @@ class PostgresStore(Common):
         return [r[0] for r in self._q(
             "SELECT tag FROM tags WHERE file_id = %s ORDER BY tag", (file_id,))]
 
+    def tags_for(self, file_ids: Sequence[int]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {fid: [] for fid in file_ids}
+        for fid, tag in self._q("SELECT file_id, tag FROM tags WHERE file_id = ANY(%s) "
+                                "ORDER BY file_id, tag", (list(file_ids),)):
+            out[fid].append(tag)
+        return out
+
     def _notes_named(self, name: str) -> Iterable[tuple[int, int, str]]:
         return self._q(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f "
