@@ -280,6 +280,66 @@ def test_links_resolve_in_their_own_vault_inside_one_root(tmp_path, loom_home):
     assert [k["path"] for k in links_of("Loose.md")["links"]] == [None, None, "Loose.md"]
 
 
+def test_logseq_namespaces_and_tags_of_words(tmp_path, loom_home):
+    graph = tmp_path / "graph"
+    shutil.copytree(FIXTURES / "logseq-graph", graph)
+    write(graph / "pages" / "projects___loom.md",
+          "title:: projects/loom\ntags:: work, [[deep work]]\n\n- The loom project page.\n")
+    write(graph / "pages" / "old%2Fnotes.md", "- A namespaced page of an older graph.\n")
+    write(graph / "pages" / "loom.md", "- Not the namespaced page: its last name only.\n")
+    write(graph / "journals" / "2024_03_02.md",
+          "- Worked on [[projects/loom]] #[[deep work]] #garden\n  id:: 65f0c2a1\n"
+          "- Read [[old/notes]] and [[Projects/Loom]] again\n")
+    assert loom("scan", str(graph)).returncode == 0
+    day = links_of("journals/2024_03_02.md")
+    assert [(k["target"], k["line"], k["path"]) for k in day["links"]] == [
+        ("projects/loom", 1, "pages/projects___loom.md"),
+        ("deep work", 1, None),
+        ("old/notes", 3, "pages/old%2Fnotes.md"),
+        ("Projects/Loom", 3, "pages/projects___loom.md")]
+    assert day["tags"] == ["deep work", "garden"]
+    page = links_of("pages/projects___loom.md")
+    assert page["title"] == "projects/loom" and page["tags"] == ["deep work", "work"]
+    assert page["backlinks"] == [{"path": "journals/2024_03_02.md", "title": "2024_03_02",
+                                  "line": 1}]
+    assert links_of("pages/loom.md")["backlinks"] == []
+    assert links_of("pages/old%2Fnotes.md")["backlinks"][0]["line"] == 3
+    assert sorted(paths("loom", "--tag", "deep work")) == ["journals/2024_03_02.md",
+                                                           "pages/projects___loom.md"]
+    assert {h["path"]: h["backlinks"] for h in search("namespaced")} == {
+        "pages/loom.md": 0, "pages/old%2Fnotes.md": 1}
+
+
+def test_plain_markdown_folder_links(tmp_path, loom_home):
+    """A folder of plain Markdown (no vault): `[text](path.md)` links, relative to the
+    note, are links too; URLs and images are not."""
+    docs = tmp_path / "docs"
+    write(docs / "README.md", "# Handbook\n\nStart with [the setup](guide/setup.md) and the "
+          "[FAQ](<faq page.md>).\nSee [elsewhere](https://example.org/x.md) and "
+          "![diagram](img/arch.png).\n\n```\n[not a link](guide/deploy.md)\n```\n")
+    write(docs / "guide" / "setup.md", "# Setup\n\nBack to [the start](../README.md#top). "
+          "Next: [deploy](./deploy.md \"Deploying\"), [gone](gone.md), [top](/faq%20page.md).\n")
+    write(docs / "guide" / "deploy.md", "# Deploy\n\nFirst do the [setup](setup.md).\n")
+    write(docs / "faq page.md", "# FAQ\n")
+    write(docs / "a" / "setup.md", "# Another setup, by name shorter than guide/setup.md\n")
+    assert loom("scan", str(docs)).returncode == 0
+    readme = links_of("README.md")
+    assert [(k["target"], k["alias"], k["line"], k["path"]) for k in readme["links"]] == [
+        ("./guide/setup.md", "the setup", 3, "guide/setup.md"),
+        ("./faq page.md", "FAQ", 3, "faq page.md")]
+    setup = links_of("guide/setup.md")
+    assert [(k["target"], k["heading"], k["path"]) for k in setup["links"]] == [
+        ("../README.md", "top", "README.md"), ("./deploy.md", None, "guide/deploy.md"),
+        ("./gone.md", None, None), ("/faq page.md", None, "faq page.md")]
+    assert [b["path"] for b in setup["backlinks"]] == ["README.md", "guide/deploy.md"]
+    assert links_of("a/setup.md")["backlinks"] == []
+    assert [b["path"] for b in links_of("faq page.md")["backlinks"]] == [
+        "README.md", "guide/setup.md"]
+    human = loom("links", "guide/setup.md").stdout
+    assert "  3: [deploy](./deploy.md) -> guide/deploy.md\n" in human
+    assert "  3: [gone](./gone.md) -> (no such note)\n" in human
+
+
 # -- ask --------------------------------------------------------------------------------------
 
 def _context(loom_home: Path, llm: FakeLLM, *args: str) -> str:
@@ -334,6 +394,13 @@ def test_http_search_takes_tags(vault):
         assert "tags = " not in found["hits"][0]["content"]
         status, bad = server.call("POST", "/search", {"query": "loom", "tag": [3]})
         assert status == 400 and "tag" in bad["error"]
+        assert found["hits"][0]["tags"] == ["active", "project/loom"]
+        # POST /links answers what `loom links --json` prints
+        status, links = server.call("POST", "/links", {"path": "Home.md"})
+        assert status == 200 and links == json.loads(loom("links", "Home.md", "--json").stdout)
+        status, gone = server.call("POST", "/links", {"path": "Nope.md"})
+        assert status == 404 and gone == {"error": "Nope.md: not in the index — see `loom "
+                                                   "files` for the indexed paths"}
     finally:
         server.stop()
 

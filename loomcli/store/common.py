@@ -33,8 +33,9 @@ class Common:
         def rollback(self) -> None: ...
         def close(self) -> None: ...
         def file(self, file_id: int) -> FileRow: ...
-        def _notes_named(self, name: str) -> Iterable[tuple[int, int, str]]: ...
-        def _links_named(self, name: str) -> Iterable[tuple[int, int, str, str, int]]: ...
+        def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]: ...
+        def _links_named(self, names: Sequence[str]
+                         ) -> Iterable[tuple[int, int, str, str, int]]: ...
         def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
 
     def __exit__(self, *exc: object) -> None:
@@ -109,26 +110,50 @@ class Common:
 
     def _resolve(self, target: str, root_id: int, relpath: str,
                  seen: dict[Vault, bool]) -> int | None:
+        """What a link of the note at `relpath` names. A Markdown link's path (`./a.md`,
+        `../b/c.md`; `/d.md` from the vault's top) names that file of the note's root;
+        when it does not exist, it resolves as a `[[wikilink]]` to those folders."""
+        import posixpath
+
         from loomcli.extract import markdown
 
         key = markdown.link_key(target)
         if not key:
             return None
+        here = self.vault(root_id, relpath, seen)
+        exact = None
+        if target.startswith(("./", "../", "/")):
+            base = relpath.rpartition("/")[0] if target[0] == "." else here[1]
+            exact = posixpath.normpath(f"{base}/{key}" if base else key).lower()
+            while exact.startswith("../"):  # above the root: from the root
+                exact = exact[3:]
+            if exact in (".", ".."):
+                return None
+            key = exact
+        rows = list(self._notes_named(markdown.link_names(key)))
+        if exact is not None:
+            for fid, rid, rel in rows:
+                if rid == root_id and markdown.link_key(rel) == key:
+                    return fid
         return markdown.best_link(
             key, ((fid, self.display_path(rid, rel), self.vault(rid, rel, seen))
-                  for fid, rid, rel in self._notes_named(markdown.name_key(key))),
-            self.vault(root_id, relpath, seen))
+                  for fid, rid, rel in rows), here)
 
     def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
         """For each of these files, the notes that link to it: {file: {note: first line}}.
         Links are resolved when read, so a note added later catches the links that
         named it before."""
+        from loomcli.extract import markdown
+
         out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
         seen: dict[Vault, bool] = {}
         resolved: dict[tuple[str, Vault], int | None] = {}
         for name in set(self._names(file_ids).values()):
-            for source, root_id, relpath, target, line in self._links_named(name):
-                home = (target, self.vault(root_id, relpath, seen))
+            for source, root_id, relpath, target, line in self._links_named(
+                    markdown.names_linking(name)):
+                # a Markdown link's path is the note's folder's; a wikilink, its vault's
+                home = (target, (root_id, relpath.rpartition("/")[0])
+                        if target.startswith((".", "/")) else self.vault(root_id, relpath, seen))
                 if home not in resolved:
                     resolved[home] = self._resolve(target, root_id, relpath, seen)
                 fid = resolved[home]

@@ -817,11 +817,11 @@ class PostgresStore(Common):
             out[fid].append(tag)
         return out
 
-    def _notes_named(self, name: str) -> Iterable[tuple[int, int, str]]:
+    def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]:
         return self._q(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f "
-            "ON f.id = n.file_id WHERE n.name = %s AND f.indexed_at IS NOT NULL",
-            (name,)).fetchall()
+            "ON f.id = n.file_id WHERE n.name = ANY(%s) AND f.indexed_at IS NOT NULL",
+            (list(names),)).fetchall()
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         return [(r[0], r[1], r[2], r[3]) for r in self._q(
@@ -832,11 +832,12 @@ class PostgresStore(Common):
         return dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
                             (list(file_ids),)).fetchall())
 
-    def _links_named(self, name: str) -> Iterable[tuple[int, int, str, str, int]]:
+    def _links_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str, str, int]]:
         return self._q(
             "SELECT l.file_id, f.root_id, f.relpath, l.target, min(l.line) FROM links l "
-            "JOIN files f ON f.id = l.file_id WHERE l.name = %s AND f.indexed_at IS NOT NULL "
-            "GROUP BY l.file_id, f.root_id, f.relpath, l.target", (name,)).fetchall()
+            "JOIN files f ON f.id = l.file_id WHERE l.name = ANY(%s) "
+            "AND f.indexed_at IS NOT NULL GROUP BY l.file_id, f.root_id, f.relpath, l.target",
+            (list(names),)).fetchall()
 
     # -- BM25 (postgres_words.py) ------------------------------------------------------------
 

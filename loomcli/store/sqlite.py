@@ -896,11 +896,13 @@ class Store(Common):
             out[fid].append(tag)
         return out
 
-    def _notes_named(self, name: str) -> Iterable[tuple[int, int, str]]:
-        """(file id, root id, relpath) of the indexed files a link by `name` may name."""
+    def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]:
+        """(file id, root id, relpath) of the indexed files a link by these names may
+        name."""
         return self.conn.execute(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f ON f.id = n.file_id "
-            "WHERE n.name = ? AND f.indexed_at IS NOT NULL", (name,)).fetchall()
+            "WHERE n.name IN (SELECT value FROM json_each(?)) AND f.indexed_at IS NOT NULL",
+            (json.dumps(list(names)),)).fetchall()
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         """(target, heading, alias, line) of each link of a note, in its order."""
@@ -913,12 +915,14 @@ class Store(Common):
             "SELECT file_id, name FROM notes WHERE file_id IN (SELECT value FROM json_each(?))",
             (json.dumps(list(file_ids)),)).fetchall())
 
-    def _links_named(self, name: str) -> Iterable[tuple[int, int, str, str, int]]:
-        """(note, its root id, its relpath, target, first line) of the links by `name`."""
+    def _links_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str, str, int]]:
+        """(note, its root id, its relpath, target, first line) of the links by these
+        names."""
         return self.conn.execute(
             "SELECT l.file_id, f.root_id, f.relpath, l.target, min(l.line) FROM links l "
-            "JOIN files f ON f.id = l.file_id WHERE l.name = ? AND f.indexed_at IS NOT NULL "
-            "GROUP BY l.file_id, l.target", (name,)).fetchall()
+            "JOIN files f ON f.id = l.file_id WHERE l.name IN (SELECT value FROM "
+            "json_each(?)) AND f.indexed_at IS NOT NULL GROUP BY l.file_id, l.target",
+            (json.dumps(list(names)),)).fetchall()
 
     def iter_texts(self, file_ids: list[int] | None = None,
                    wanted: dict[int, set[int] | None] | None = None,
