@@ -215,13 +215,22 @@ def test_logseq_graph(tmp_path, loom_home):
     assert back == [{"path": "journals/2024_03_01.md", "title": "2024_03_01", "line": 1}]
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, monkeypatch) -> str:
+    """Each backend in turn: PostgreSQL (tests/pg.py) through LOOM_DATABASE_URL; where
+    none can be started, its run skips saying why."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("LOOM_DATABASE_URL", request.getfixturevalue("pg_url"))
+    return request.param
+
+
 def links_of(note: str) -> dict:
     proc = loom("links", note, "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-def test_links_resolve_in_their_own_root_first(tmp_path, loom_home):
+def test_links_resolve_in_their_own_root_first(tmp_path, loom_home, backend):
     # Two roots, each with its own Index.md and Ideas.md: each index links to its own.
     for name in ("alpha", "beta"):
         write(tmp_path / name / "Index.md", f"# {name} index\n\nSee [[Ideas]] and [[Only]] "
@@ -253,7 +262,7 @@ def test_links_resolve_in_their_own_root_first(tmp_path, loom_home):
     assert "  3: [[Twice]] -> (no such note)\n" in human
 
 
-def test_links_resolve_in_their_own_vault_inside_one_root(tmp_path, loom_home):
+def test_links_resolve_in_their_own_vault_inside_one_root(tmp_path, loom_home, backend):
     # One folder holding two Obsidian vaults and two Logseq graphs: a link stays in its
     # vault (by path order alone, home/ and g1/ would win every time).
     shelf = tmp_path / "shelf"
@@ -280,7 +289,7 @@ def test_links_resolve_in_their_own_vault_inside_one_root(tmp_path, loom_home):
     assert [k["path"] for k in links_of("Loose.md")["links"]] == [None, None, "Loose.md"]
 
 
-def test_logseq_namespaces_and_tags_of_words(tmp_path, loom_home):
+def test_logseq_namespaces_and_tags_of_words(tmp_path, loom_home, backend):
     graph = tmp_path / "graph"
     shutil.copytree(FIXTURES / "logseq-graph", graph)
     write(graph / "pages" / "projects___loom.md",
@@ -310,7 +319,7 @@ def test_logseq_namespaces_and_tags_of_words(tmp_path, loom_home):
         "pages/loom.md": 0, "pages/old%2Fnotes.md": 1}
 
 
-def test_plain_markdown_folder_links(tmp_path, loom_home):
+def test_plain_markdown_folder_links(tmp_path, loom_home, backend):
     """A folder of plain Markdown (no vault): `[text](path.md)` links, relative to the
     note, are links too; URLs and images are not."""
     docs = tmp_path / "docs"
@@ -395,6 +404,8 @@ def test_http_search_takes_tags(vault):
         status, bad = server.call("POST", "/search", {"query": "loom", "tag": [3]})
         assert status == 400 and "tag" in bad["error"]
         assert found["hits"][0]["tags"] == ["active", "project/loom"]
+        status, found = server.call("POST", "/search", {"query": "weaver"})  # an alias
+        assert status == 200 and [h["path"] for h in found["hits"]] == ["Projects/Loom.md"]
         # POST /links answers what `loom links --json` prints
         status, links = server.call("POST", "/links", {"path": "Home.md"})
         assert status == 200 and links == json.loads(loom("links", "Home.md", "--json").stdout)
