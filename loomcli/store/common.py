@@ -143,14 +143,16 @@ class Common:
         """For each of these files, the notes that link to it: {file: {note: first line}}.
         Links are resolved when read, so a note added later catches the links that
         named it before."""
-        from loomcli.extract import markdown
-
         out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
         seen: dict[Vault, bool] = {}
         resolved: dict[tuple[str, Vault], int | None] = {}
         for name in set(self._names(file_ids).values()):
-            for source, root_id, relpath, target, line in self._links_named(
-                    markdown.names_linking(name)):
+            names = [name]
+            if "___" in name or "%2f" in name:  # (the notes module only then: start-up)
+                from loomcli.extract import markdown
+
+                names = markdown.names_linking(name)
+            for source, root_id, relpath, target, line in self._links_named(names):
                 # a Markdown link's path is the note's folder's; a wikilink, its vault's
                 home = (target, (root_id, relpath.rpartition("/")[0])
                         if target.startswith((".", "/")) else self.vault(root_id, relpath, seen))
