@@ -79,20 +79,30 @@ class Common:
 
     # -- [[wikilinks]]: which note a link names (each store's SQL finds the candidates) ---
 
-    def vault(self, root_id: int, relpath: str, seen: dict[Vault, bool]) -> Vault:
+    def vault(self, root_id: int, relpath: str, seen: dict[Vault, Vault]) -> Vault:
         """The vault a file is in: its deepest folder (up to the root) holding a vault's
-        mark. `seen` remembers each folder's answer for the caller's one operation."""
-        root = next((r for r in self.roots() if r.id == root_id), None)
+        mark. `seen` remembers each folder's vault for the caller's one operation."""
         folder = relpath.rpartition("/")[0]
-        while root is not None and folder:
+        walked: list[Vault] = []
+        found: Vault = (root_id, "")
+        root = None
+        while folder:
             key = (root_id, folder)
-            if key not in seen:
-                at = os.path.join(root.path, *folder.split("/"))
-                seen[key] = any(os.path.exists(os.path.join(at, m)) for m in VAULT_MARKS)
-            if seen[key]:
-                return key
+            if key in seen:
+                found = seen[key]
+                break
+            walked.append(key)
+            root = root or next((r for r in self.roots() if r.id == root_id), None)
+            if root is None:
+                break
+            at = os.path.join(root.path, *folder.split("/"))
+            if any(os.path.exists(os.path.join(at, m)) for m in VAULT_MARKS):
+                found = key
+                break
             folder = folder.rpartition("/")[0]
-        return (root_id, "")
+        for key in walked:
+            seen[key] = found
+        return found
 
     def resolve_links(self, targets: Sequence[str], source: int) -> list[int | None]:
         """The file each `[[target]]` of note `source` names (None: no such file), as
@@ -101,7 +111,7 @@ class Common:
         first (of several, the shortest path), else one elsewhere when the name is in
         only one vault."""
         row = self.file(source)
-        seen: dict[Vault, bool] = {}
+        seen: dict[Vault, Vault] = {}
         done: dict[str, int | None] = {}
         for target in targets:
             if target not in done:
@@ -109,7 +119,7 @@ class Common:
         return [done[t] for t in targets]
 
     def _resolve(self, target: str, root_id: int, relpath: str,
-                 seen: dict[Vault, bool]) -> int | None:
+                 seen: dict[Vault, Vault]) -> int | None:
         """What a link of the note at `relpath` names. A Markdown link's path (`./a.md`,
         `../b/c.md`; `/d.md` from the vault's top) names that file of the note's root;
         when it does not exist, it resolves as a `[[wikilink]]` to those folders."""
@@ -144,7 +154,7 @@ class Common:
         Links are resolved when read, so a note added later catches the links that
         named it before."""
         out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
-        seen: dict[Vault, bool] = {}
+        seen: dict[Vault, Vault] = {}
         resolved: dict[tuple[str, Vault], int | None] = {}
         for name in set(self._names(file_ids).values()):
             names = [name]
