@@ -361,7 +361,11 @@ def links(
     for link in found.links:
         shown = link["target"] + (f"#{link['heading']}" if link["heading"] else "")
         where = _shown(link["path"]) if link["path"] else "(no such note)"
-        _out(f"  {link['line']}: [[{shown}]] -> {where}")
+        if link["target"].startswith((".", "/")):  # a Markdown link, as written
+            shown = f"[{link['alias'] or ''}]({shown})"
+        else:
+            shown = f"[[{shown}]]"
+        _out(f"  {link['line']}: {shown} -> {where}")
     _out(f"backlinks ({len(found.backlinks)}):")
     for back in found.backlinks:
         _out(f"  {_shown(back['path'])}:{back['line']}  {back['title']}")

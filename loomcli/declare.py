@@ -486,7 +486,6 @@ SCAN = Operation("scan", (
 ), command="scan", tool="loom_scan", route="/scan")
 
 
-_NOT_SERVED = "not offered yet on MCP and HTTP"
 FORGET = Operation("forget", (
     Param("folder", STRING, "An indexed folder (path or root name).", required=True,
           cli=(Option((), "folder", ARGUMENT, help="An indexed folder (path or root "
@@ -505,13 +504,16 @@ MIGRATE = Operation("migrate", (
     _json(),
 ), command="migrate", why={MCP: _MIGRATE_WHY, HTTP: _MIGRATE_WHY, PAGE: _MIGRATE_WHY})
 
+_LINKS_MCP = ("not offered yet: an agent finds what a note names with loom_search and "
+              "loom_grep")
 LINKS = Operation("links", (
-    Param("note", STRING, "A note's path as `loom files` shows it, or its path on disk.",
+    Param("path", STRING, "A note's path as `loom files` shows it, or its path on disk.",
           required=True,
           cli=(Option((), "note", ARGUMENT, help="A note's path as `loom files` shows it, "
-                      "or its path on disk."),), edges=()),
+                      "or its path on disk."),), edges=(HTTP, PAGE)),
     _json(),
-), command="links", why={MCP: _NOT_SERVED, HTTP: _NOT_SERVED, PAGE: _NOT_SERVED})
+    _CORPUS,
+), command="links", route="/links", why={MCP: _LINKS_MCP})
 
 _EVAL_MODE = ("Measure only this mode: bm25 | semantic | hybrid | auto (default: every "
               "mode the index allows).")

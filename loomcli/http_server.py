@@ -470,6 +470,8 @@ class Api:
             Route("/file", post(declare.GET, lambda b: self.corpus(b.get("corpus")).get(
                 self.required(b, "path"), b.get("offset", 0), b.get("length"))),
                 methods=["POST"]),
+            Route("/links", post(declare.LINKS, lambda b: self.corpus(b.get("corpus")).links(
+                self.required(b, "path"))), methods=["POST"]),
             Route("/pages", post(declare.PAGES, lambda b: self.corpus(b.get("corpus")).pages(
                 self.required(b, "path"))), methods=["POST"]),
             Route("/scan", self.scan, methods=["POST"]),

@@ -150,16 +150,17 @@ class SearchHit:
     (Records here are plain classes: see records.py.)"""
 
     __slots__ = ("path", "title", "score", "snippet", "content_len", "match", "content",
-                 "truncated", "page", "offset", "backlinks")
+                 "truncated", "page", "offset", "backlinks", "tags")
 
     def __init__(self, path: str, title: str, score: float, snippet: str, content_len: int,
                  match: str = "bm25", content: str | None = None, truncated: bool = False,
-                 page: int | None = None, offset: int | None = None, backlinks: int = 0
-                 ) -> None:
+                 page: int | None = None, offset: int | None = None, backlinks: int = 0,
+                 tags: list[str] | None = None) -> None:
         self.path, self.title, self.score, self.snippet = path, title, score, snippet
         self.content_len, self.match, self.content = content_len, match, content
         self.truncated, self.page, self.offset = truncated, page, offset
         self.backlinks = backlinks  # how many notes link to this file ([[wikilinks]])
+        self.tags = tags or []  # a note's tags (`#tag`, front matter), lower case
 
     def __repr__(self) -> str:
         return f"SearchHit({self.to_dict()!r})"
@@ -172,7 +173,7 @@ class SearchHit:
                                "snippet": plain_snippet(self.snippet),
                                "content_len": self.content_len, "match": self.match,
                                "page": self.page, "offset": self.offset,
-                               "backlinks": self.backlinks}
+                               "backlinks": self.backlinks, "tags": self.tags}
         if self.content is not None:
             out["content"] = self.content
             out["truncated"] = self.truncated
@@ -637,9 +638,11 @@ class Corpus:
             found, warnings, query_vector = self._rank(store, query, n, chosen, among=among,
                                                        prefix=_bool("prefix", prefix))
             linked = store.backlinks([h.file_id for h, _ in found])
+            tagged_as = store.tags_for([h.file_id for h, _ in found])
             hits = [SearchHit(h.path, h.title, h.score, h.snippet, h.content_len, how,
                               page=h.page, offset=h.offset,
-                              backlinks=len(linked.get(h.file_id, ())))
+                              backlinks=len(linked.get(h.file_id, ())),
+                              tags=tagged_as.get(h.file_id))
                     for h, how in found]
             if chars:
                 from loomcli.excerpt import SCAN_BYTES, excerpt
@@ -894,8 +897,9 @@ class Corpus:
         with self.store() as store:
             row = store.resolve(check_index_path(path))
             links = []
-            for target, heading, alias, line in store.links_of(row.id):
-                fid = store.resolve_link(target)
+            found = store.links_of(row.id)
+            for (target, heading, alias, line), fid in zip(
+                    found, store.resolve_links([t for t, *_ in found], row.id), strict=True):
                 shown = None if fid is None else store.file(fid)
                 links.append({"target": target, "heading": heading, "alias": alias,
                               "line": line, "path": None if shown is None else

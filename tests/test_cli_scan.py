@@ -117,7 +117,7 @@ def test_search_files_status_get_json_keys(notes):
     loom("scan", str(notes))
     hits = json.loads(loom("search", "warp", "tension", "--json").stdout)["hits"]
     assert hits and list(hits[0]) == ["path", "title", "score", "snippet", "content_len",
-                                      "match", "page", "offset", "backlinks"]
+                                      "match", "page", "offset", "backlinks", "tags"]
     assert {h["match"] for h in hits} == {"bm25"}
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:], strict=False))
     files = json.loads(loom("files", "--json").stdout)["files"]

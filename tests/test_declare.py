@@ -185,7 +185,8 @@ def test_http_checks_every_declared_type_and_lower_bound(served) -> None:
 def test_http_takes_every_declared_field_of_the_reading_routes(served) -> None:
     """Each field the declaration offers, at its default, is answered (ask and scan
     are left out: they would call an LLM or scan)."""
-    for op in (declare.SEARCH, declare.GREP, declare.GET, declare.PAGES, declare.TERMS):
+    for op in (declare.SEARCH, declare.GREP, declare.GET, declare.PAGES, declare.TERMS,
+               declare.LINKS):
         for p in op.on(HTTP):
             if p.required or p.name == "corpus":
                 continue

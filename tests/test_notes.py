@@ -215,6 +215,140 @@ def test_logseq_graph(tmp_path, loom_home):
     assert back == [{"path": "journals/2024_03_01.md", "title": "2024_03_01", "line": 1}]
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, monkeypatch) -> str:
+    """Each backend in turn: PostgreSQL (tests/pg.py) through LOOM_DATABASE_URL; where
+    none can be started, its run skips saying why."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("LOOM_DATABASE_URL", request.getfixturevalue("pg_url"))
+    return request.param
+
+
+def links_of(note: str) -> dict:
+    proc = loom("links", note, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_links_resolve_in_their_own_root_first(tmp_path, loom_home, backend):
+    # Two roots, each with its own Index.md and Ideas.md: each index links to its own.
+    for name in ("alpha", "beta"):
+        write(tmp_path / name / "Index.md", f"# {name} index\n\nSee [[Ideas]] and [[Only]] "
+                                            f"and [[Twice]] and [[ideas|mine]].\n")
+        write(tmp_path / name / "Ideas.md", f"# {name} ideas\n\nThoughts of {name}.\n")
+    write(tmp_path / "alpha" / "Only.md", "# Only in alpha\n")
+    write(tmp_path / "alpha" / "Twice.md", "# Twice, alpha\n")
+    write(tmp_path / "gamma" / "Twice.md", "# Twice, gamma\n")
+    proc = loom("scan", *(str(tmp_path / n) for n in ("alpha", "beta", "gamma")))
+    assert proc.returncode == 0, proc.stderr
+    assert loom("files").stdout.split() == [
+        "Ideas.md", "Index.md", "Only.md", "Twice.md", "beta/Ideas.md", "beta/Index.md",
+        "gamma/Twice.md"]
+    alpha, beta = links_of("Index.md"), links_of("beta/Index.md")
+    assert [k["path"] for k in alpha["links"]] == ["Ideas.md", "Only.md", "Twice.md",
+                                                   "Ideas.md"]
+    # elsewhere only when one vault holds the name: Only.md yes, Twice.md (twice) no
+    assert [k["path"] for k in beta["links"]] == ["beta/Ideas.md", "Only.md", None,
+                                                  "beta/Ideas.md"]
+    assert [b["path"] for b in links_of("Ideas.md")["backlinks"]] == ["Index.md"]
+    assert [b["path"] for b in links_of("beta/Ideas.md")["backlinks"]] == ["beta/Index.md"]
+    assert [b["path"] for b in links_of("Only.md")["backlinks"]] == ["Index.md",
+                                                                     "beta/Index.md"]
+    assert [b["path"] for b in links_of("gamma/Twice.md")["backlinks"]] == []
+    counts = {h["path"]: h["backlinks"] for h in search("ideas")}
+    assert counts == {"Ideas.md": 1, "beta/Ideas.md": 1, "Index.md": 0, "beta/Index.md": 0}
+    human = loom("links", str(tmp_path / "beta" / "Index.md")).stdout
+    assert "  3: [[Ideas]] -> beta/Ideas.md\n" in human
+    assert "  3: [[Twice]] -> (no such note)\n" in human
+
+
+def test_links_resolve_in_their_own_vault_inside_one_root(tmp_path, loom_home, backend):
+    # One folder holding two Obsidian vaults and two Logseq graphs: a link stays in its
+    # vault (by path order alone, home/ and g1/ would win every time).
+    shelf = tmp_path / "shelf"
+    for vault in ("home", "work"):
+        write(shelf / vault / ".obsidian" / "app.json", "{}\n")
+        write(shelf / vault / "Plan.md", f"# {vault} plan\n")
+        write(shelf / vault / "Days" / "Today.md", "Follow [[Plan]].\n")
+    for graph in ("g1", "g2"):
+        write(shelf / graph / "logseq" / "config.edn", "{}\n")
+        write(shelf / graph / "pages" / "Topic.md", f"- {graph} topic\n")
+        write(shelf / graph / "journals" / "2024_03_01.md", "- about [[topic]]\n")
+    write(shelf / "Loose.md", "A note of the shelf itself: [[Plan]] [[Topic]] [[Loose]].\n")
+    proc = loom("scan", str(shelf))
+    assert proc.returncode == 0, proc.stderr
+    assert [k["path"] for k in links_of("work/Days/Today.md")["links"]] == ["work/Plan.md"]
+    assert [k["path"] for k in links_of("home/Days/Today.md")["links"]] == ["home/Plan.md"]
+    assert [k["path"] for k in links_of("g2/journals/2024_03_01.md")["links"]] == [
+        "g2/pages/Topic.md"]
+    assert [b["path"] for b in links_of("work/Plan.md")["backlinks"]] == [
+        "work/Days/Today.md"]
+    assert [b["path"] for b in links_of("g2/pages/Topic.md")["backlinks"]] == [
+        "g2/journals/2024_03_01.md"]
+    # From outside every vault, a name two vaults hold is ambiguous; its own, not.
+    assert [k["path"] for k in links_of("Loose.md")["links"]] == [None, None, "Loose.md"]
+
+
+def test_logseq_namespaces_and_tags_of_words(tmp_path, loom_home, backend):
+    graph = tmp_path / "graph"
+    shutil.copytree(FIXTURES / "logseq-graph", graph)
+    write(graph / "pages" / "projects___loom.md",
+          "title:: projects/loom\ntags:: work, [[deep work]]\n\n- The loom project page.\n")
+    write(graph / "pages" / "old%2Fnotes.md", "- A namespaced page of an older graph.\n")
+    write(graph / "pages" / "loom.md", "- Not the namespaced page: its last name only.\n")
+    write(graph / "journals" / "2024_03_02.md",
+          "- Worked on [[projects/loom]] #[[deep work]] #garden\n  id:: 65f0c2a1\n"
+          "- Read [[old/notes]] and [[Projects/Loom]] again\n")
+    assert loom("scan", str(graph)).returncode == 0
+    day = links_of("journals/2024_03_02.md")
+    assert [(k["target"], k["line"], k["path"]) for k in day["links"]] == [
+        ("projects/loom", 1, "pages/projects___loom.md"),
+        ("deep work", 1, None),
+        ("old/notes", 3, "pages/old%2Fnotes.md"),
+        ("Projects/Loom", 3, "pages/projects___loom.md")]
+    assert day["tags"] == ["deep work", "garden"]
+    page = links_of("pages/projects___loom.md")
+    assert page["title"] == "projects/loom" and page["tags"] == ["deep work", "work"]
+    assert page["backlinks"] == [{"path": "journals/2024_03_02.md", "title": "2024_03_02",
+                                  "line": 1}]
+    assert links_of("pages/loom.md")["backlinks"] == []
+    assert links_of("pages/old%2Fnotes.md")["backlinks"][0]["line"] == 3
+    assert sorted(paths("loom", "--tag", "deep work")) == ["journals/2024_03_02.md",
+                                                           "pages/projects___loom.md"]
+    assert {h["path"]: h["backlinks"] for h in search("namespaced")} == {
+        "pages/loom.md": 0, "pages/old%2Fnotes.md": 1}
+
+
+def test_plain_markdown_folder_links(tmp_path, loom_home, backend):
+    """A folder of plain Markdown (no vault): `[text](path.md)` links, relative to the
+    note, are links too; URLs and images are not."""
+    docs = tmp_path / "docs"
+    write(docs / "README.md", "# Handbook\n\nStart with [the setup](guide/setup.md) and the "
+          "[FAQ](<faq page.md>).\nSee [elsewhere](https://example.org/x.md) and "
+          "![diagram](img/arch.png).\n\n```\n[not a link](guide/deploy.md)\n```\n")
+    write(docs / "guide" / "setup.md", "# Setup\n\nBack to [the start](../README.md#top). "
+          "Next: [deploy](./deploy.md \"Deploying\"), [gone](gone.md), [top](/faq%20page.md).\n")
+    write(docs / "guide" / "deploy.md", "# Deploy\n\nFirst do the [setup](setup.md).\n")
+    write(docs / "faq page.md", "# FAQ\n")
+    write(docs / "a" / "setup.md", "# Another setup, by name shorter than guide/setup.md\n")
+    assert loom("scan", str(docs)).returncode == 0
+    readme = links_of("README.md")
+    assert [(k["target"], k["alias"], k["line"], k["path"]) for k in readme["links"]] == [
+        ("./guide/setup.md", "the setup", 3, "guide/setup.md"),
+        ("./faq page.md", "FAQ", 3, "faq page.md")]
+    setup = links_of("guide/setup.md")
+    assert [(k["target"], k["heading"], k["path"]) for k in setup["links"]] == [
+        ("../README.md", "top", "README.md"), ("./deploy.md", None, "guide/deploy.md"),
+        ("./gone.md", None, None), ("/faq page.md", None, "faq page.md")]
+    assert [b["path"] for b in setup["backlinks"]] == ["README.md", "guide/deploy.md"]
+    assert links_of("a/setup.md")["backlinks"] == []
+    assert [b["path"] for b in links_of("faq page.md")["backlinks"]] == [
+        "README.md", "guide/setup.md"]
+    human = loom("links", "guide/setup.md").stdout
+    assert "  3: [deploy](./deploy.md) -> guide/deploy.md\n" in human
+    assert "  3: [gone](./gone.md) -> (no such note)\n" in human
+
+
 # -- ask --------------------------------------------------------------------------------------
 
 def _context(loom_home: Path, llm: FakeLLM, *args: str) -> str:
@@ -269,6 +403,15 @@ def test_http_search_takes_tags(vault):
         assert "tags = " not in found["hits"][0]["content"]
         status, bad = server.call("POST", "/search", {"query": "loom", "tag": [3]})
         assert status == 400 and "tag" in bad["error"]
+        assert found["hits"][0]["tags"] == ["active", "project/loom"]
+        status, found = server.call("POST", "/search", {"query": "weaver"})  # an alias
+        assert status == 200 and [h["path"] for h in found["hits"]] == ["Projects/Loom.md"]
+        # POST /links answers what `loom links --json` prints
+        status, links = server.call("POST", "/links", {"path": "Home.md"})
+        assert status == 200 and links == json.loads(loom("links", "Home.md", "--json").stdout)
+        status, gone = server.call("POST", "/links", {"path": "Nope.md"})
+        assert status == 404 and gone == {"error": "Nope.md: not in the index — see `loom "
+                                                   "files` for the indexed paths"}
     finally:
         server.stop()
 

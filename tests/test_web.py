@@ -709,3 +709,59 @@ def test_a_deep_link_pattern_is_marked_by_the_server_never_run_by_the_page(serve
     assert page.locator("#grep-results li mark").all_text_contents() == [
         "Trap", "quokka wombat"]
     assert tab.foreign == [] and not tab.console
+
+
+def test_notes_show_their_tags_links_and_backlinks(serve, tmp_path):
+    """A real Obsidian vault: a hit shows its tags and how many notes link to it; a tag
+    narrows the search to it; a note opened shows its tags, what it links to and what
+    links to it, each opening its own."""
+    from .conftest import FIXTURES
+
+    vault = tmp_path / "vault"
+    shutil.copytree(FIXTURES / "vault", vault)
+    scan(vault)
+    tab = serve()
+    page = tab.goto("/search?q=loom")
+    hit = page.locator("#hits li").filter(has=page.locator("a.path", has_text="Projects/Loom.md"))
+    expect(hit.locator("a.title")).to_have_text("Loom project")
+    expect(hit.locator(".meta .backlinks")).to_have_text("linked from 3 notes")
+    expect(hit.locator(".meta a.tag")).to_have_text(["#active", "#project/loom"])
+    old = page.locator("#hits li").filter(
+        has=page.locator("a.path", has_text="Archive/2023/old/Loom.md"))
+    expect(old.locator(".meta")).not_to_contain_text("linked from")  # nothing links there
+    expect(old.locator(".meta a.tag")).to_have_count(0)
+    hit.locator("a.tag", has_text="#active").click()  # the query, narrowed to the tag
+    expect(page).to_have_url(re.compile(r"/search\?q=loom\+%23active$"))
+    expect(page.locator("#q")).to_have_value("loom #active")
+    expect(page.locator("#hits li a.path")).to_have_text(["Projects/Loom.md"])
+    # A note opened: its tags, its links (a missing one said so), its backlinks.
+    page.goto(tab.server.url + "/file?path=Home.md")
+    expect(page.locator("#file-title")).to_have_text("Vault home")
+    notes = page.locator("#file-notes")
+    expect(notes).to_be_visible()
+    expect(page.locator("#file-tags a")).to_have_text(["#index", "#meta"])
+    expect(page.locator("#file-links > :not(.label)")).to_have_text(
+        ["the loom project", "my UPS note", "Missing note (no such note)"])
+    expect(page.locator("#file-links .missing")).to_have_count(1)  # text, not a link
+    expect(page.locator("#file-backlinks a")).to_have_text(["Idea one"])
+    expect(page.locator("#file-backlinks .label")).to_have_text("Linked from")
+    expect(notes).to_be_in_viewport()
+    page.locator("#file-links a", has_text="the loom project").click()
+    expect(page).to_have_url(re.compile(r"/file\?path=Projects%2FLoom\.md$"))
+    expect(page.locator("#file-title")).to_have_text("Loom project")
+    expect(page.locator("#doc-text")).to_contain_text("Loom indexes a folder of notes")
+    expect(page.locator("#file-links a")).to_have_text(["Idea one", "second IDEA"])
+    expect(page.locator("#file-backlinks a")).to_have_text(
+        ["Friday 1 March 2024", "Vault home", "Second idea"])
+    page.locator("#file-backlinks a", has_text="Second idea").click()
+    expect(page.locator("#file-title")).to_have_text("Second idea")
+    expect(page.locator("#file-tags a")).to_have_text(["#idea", "#project/loom"])
+    page.locator("#file-tags a", has_text="#idea").click()  # a tag searches by it
+    expect(page).to_have_url(re.compile(r"/search\?q=%23idea$"))
+    paths = page.locator("#hits li a.path")
+    expect(paths).to_have_count(2)
+    assert sorted(paths.all_inner_texts()) == ["Ideas/Idea one.md", "Ideas/Second idea.md"]
+    # A note that links nowhere, is linked from nowhere and has no tags shows none of it.
+    page.goto(tab.server.url + "/file?path=Archive/2023/old/Loom.md")
+    expect(page.locator("#doc-text")).to_contain_text("An older page named Loom")
+    expect(notes).to_be_hidden()

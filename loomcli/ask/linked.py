@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from loomcli.store.seam import IndexStore as Store
 
 LINKED_PER_NOTE = 3  # links followed from one ranked note, in the note's order
+RESOLVED_AT_ONCE = 8
 
 
 def with_linked(store: Store, hits: list[Hit], top_k: int) -> list[Hit]:
@@ -23,13 +24,17 @@ def with_linked(store: Store, hits: list[Hit], top_k: int) -> list[Hit]:
     ranked = {h.file_id for h in hits}
     extra: list[int] = []
     for hit in hits[:top_k]:
+        targets = [t for t, _heading, _alias, _line in store.links_of(hit.file_id)]
         followed = 0
-        for target, _heading, _alias, _line in store.links_of(hit.file_id):
-            fid = store.resolve_link(target)
-            if fid is None or fid in ranked or fid in extra:
-                continue
-            extra.append(fid)
-            followed += 1
+        # Resolved a few at a time: a note of 1,000 links costs what its first ones do.
+        for at in range(0, len(targets), RESOLVED_AT_ONCE):
+            for fid in store.resolve_links(targets[at:at + RESOLVED_AT_ONCE], hit.file_id):
+                if fid is None or fid in ranked or fid in extra:
+                    continue
+                extra.append(fid)
+                followed += 1
+                if followed == LINKED_PER_NOTE:
+                    break
             if followed == LINKED_PER_NOTE:
                 break
     info = store.hits_for(extra)

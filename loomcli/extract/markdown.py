@@ -50,6 +50,9 @@ _TAG_START = Lazy(r"#[\w/-]")  # anything that may be a tag (`# Heading` is not)
 # `![[embed]]` is a link too: its `!` is left out of the pattern (a literal first is
 # found by a fast search).
 _LINK = Lazy(r"\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]")
+# `[text](target "title")` and `[text](<target with spaces>)`: bounded by the line.
+_MD_LINK = Lazy(r"\[([^\[\]\n]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"\n]*\")?\s*\)")
+LINKED_KINDS = (".md", ".markdown", ".pdf")  # what a Markdown link to a note names
 _FIELD_KEYS = {"title": "title", "aliases": "aliases", "alias": "aliases", "tags": "tags",
                "tag": "tags"}
 
@@ -97,22 +100,30 @@ def parse(text: str) -> NoteMeta:
     tags = [t.lstrip("#") for t in _many(values.get("tags"), split=r"[,\s]+")]
     body = text[body_start:body_start + BODY_SCAN_CHARS]
     # Each pattern runs only where its mark is (a note without `[[` costs no link search).
-    marks = "[[" in body or _TAG_START.search(body) is not None
+    marks = "[[" in body or "](" in body or _TAG_START.search(body) is not None
     blanked = _blank_code(body) if marks and ("`" in body or "~~~" in body) else body
-    links: list[Link] = []
-    line, pos = text.count("\n", 0, body_start) + 1, 0
+    found: list[tuple[int, str, str | None, str | None]] = []  # (where, target, heading, alias)
     if "[[" in blanked:
         for m in _LINK.finditer(blanked):
             target = m.group(1).strip()
             if not target:
                 continue  # [[#heading]]: a place in the same note
-            line += blanked.count("\n", pos, m.start())
-            pos = m.start()
-            links.append(Link(target[:FIELD_CHARS], _clean(m.group(2)), _clean(m.group(3)),
-                              line))
-            if len(links) == LINKS_MAX:
+            found.append((m.start(), target, m.group(2), m.group(3)))
+            at = m.start() - 1  # Logseq's `#[[a tag of words]]`: a tag and a link
+            if at >= 0 and blanked[at] == "#" and (at == 0 or blanked[at - 1].isspace()):
+                tags.append(target)
+            if len(found) == LINKS_MAX:
                 break
         blanked = _LINK.sub(_blank, blanked)
+    if "](" in blanked and len(found) < LINKS_MAX:
+        found += _markdown_links(blanked, LINKS_MAX - len(found))
+        found.sort(key=lambda f: f[0])
+    links: list[Link] = []
+    line, pos = text.count("\n", 0, body_start) + 1, 0
+    for start, target, heading, alias in found:
+        line += blanked.count("\n", pos, start)
+        pos = start
+        links.append(Link(target[:FIELD_CHARS], _clean(heading), _clean(alias), line))
     if "#" in blanked:
         for m in _TAG.finditer(blanked):
             at = m.start()
@@ -170,6 +181,27 @@ def _yaml(block: str) -> dict[str, object]:
                 out[name] = [_scalar(v) for v in _split_flow(value[1:-1])]
             elif value[:1] not in "{&*|>":
                 out[name] = _scalar(value)
+    return out
+
+
+def _markdown_links(body: str, most: int) -> list[tuple[int, str, str | None, str | None]]:
+    """A plain Markdown folder's links: `[text](path.md#heading)` to a note or a PDF
+    (not a URL, not an image), its target as written, relative to the note (`./` added
+    when it has neither `./`, `../` nor `/`; store.common resolves it from the note's
+    folder)."""
+    from urllib.parse import unquote
+
+    out: list[tuple[int, str, str | None, str | None]] = []
+    for m in _MD_LINK.finditer(body):
+        target, _, heading = unquote(m.group(2).strip("<>")).partition("#")
+        target = target.strip()
+        if ":" in target or not target.lower().endswith(LINKED_KINDS):
+            continue  # a URL (`https:`, `mailto:`), an image, a page of the web
+        if not target.startswith(("./", "../", "/")):
+            target = "./" + target
+        out.append((m.start(), target, heading or None, m.group(1).strip() or None))
+        if len(out) == most:
+            break
     return out
 
 
@@ -288,6 +320,33 @@ def name_key(relpath: str) -> str:
     return link_key(relpath).rpartition("/")[2]
 
 
+# Logseq writes page `a/b` (a namespace) to the file `a___b.md` (older graphs: `a%2Fb.md`).
+_NAMESPACE = ("___", "%2f")
+
+
+def _unnamespaced(key: str) -> str:
+    """`pages/a___b` -> `pages/a/b`: the page names Logseq's file names stand for."""
+    folder, _, name = key.rpartition("/")
+    for mark in _NAMESPACE:
+        name = name.replace(mark, "/")
+    return f"{folder}/{name}" if folder else name
+
+
+def link_names(key: str) -> list[str]:
+    """The names (`notes.name`) of the files a link `key` may name: its last name, and for
+    a key with folders the file names Logseq gives that namespaced page."""
+    names = [name_key(key)]
+    if "/" in key:
+        names += [key.replace("/", mark) for mark in _NAMESPACE]
+    return names
+
+
+def names_linking(name: str) -> list[str]:
+    """The names (`links.name`) of the links that may name a file named `name`."""
+    page = _unnamespaced(name).rpartition("/")[2]
+    return [name] if page == name else [name, page]
+
+
 def split_tags(query: str) -> tuple[str, list[str]]:
     """A query's `#tags` (whole words) apart from its other words: ("rest", [tags]).
     Without a pattern: `loom search` starts without compiling this module's."""
@@ -303,16 +362,21 @@ def split_tags(query: str) -> tuple[str, list[str]]:
     return (" ".join(rest) if tags else query), tags
 
 
-def best_link(key: str, candidates: Iterable[tuple[int, str]]) -> int | None:
-    """Of the files whose name is a link's (`candidates`: file id, display path), the
-    one `[[key]]` names, as Obsidian resolves it: a key with folders must end the path;
-    of several, the shortest path (then the first in path order)."""
-    best: tuple[int, str, int] | None = None
-    for fid, shown in candidates:
-        bare = link_key(shown)
+def best_link(key: str, candidates: Iterable[tuple[int, str, object]],
+              home: object) -> int | None:
+    """Of the files whose name is a link's (`candidates`: file id, display path, vault),
+    the one `[[key]]` names from a note in vault `home`: a key with folders must end the
+    path; one in the note's own vault first, as Obsidian resolves it there (the shortest
+    path, then the first in path order); else, only when every candidate lies in one
+    other vault, that vault's (several vaults holding the name: ambiguous, None)."""
+    best: dict[object, tuple[int, str, int]] = {}
+    for fid, shown, vault in candidates:
+        bare = _unnamespaced(link_key(shown))
         if "/" in key and not (bare == key or bare.endswith("/" + key)):
             continue
         rank = (len(shown), shown, fid)
-        if best is None or rank < best:
-            best = rank
-    return None if best is None else best[2]
+        if vault not in best or rank < best[vault]:
+            best[vault] = rank
+    if home in best:
+        return best[home][2]
+    return next(iter(best.values()))[2] if len(best) == 1 else None

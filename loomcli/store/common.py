@@ -1,5 +1,6 @@
 """What both stores do the same way, over their own SQL: transactions as a context,
-the roots' display paths, a path on disk inside a root. No SQL here."""
+the roots' display paths, a path on disk inside a root, which note a `[[wikilink]]`
+names. No SQL here."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from loomcli.store.rows import Root
+from loomcli.store.rows import FileRow, Root
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+# A vault: the folder holding Obsidian's `.obsidian/` or a Logseq graph's `logseq/`
+# (with its config.edn, as discover.py knows it), else the root. Links resolve in their
+# note's vault first. Read from the disk when links are resolved (a few stat calls a
+# note, once per folder per call); a root not on this machine's disk is one vault.
+VAULT_MARKS = (".obsidian", os.path.join("logseq", "config.edn"))
+Vault = tuple[int, str]  # (root id, folder relative to the root: "" the root itself)
 
 
 class Common:
@@ -22,6 +32,11 @@ class Common:
         def commit(self) -> None: ...
         def rollback(self) -> None: ...
         def close(self) -> None: ...
+        def file(self, file_id: int) -> FileRow: ...
+        def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]: ...
+        def _links_named(self, names: Sequence[str]
+                         ) -> Iterable[tuple[int, int, str, str, int]]: ...
+        def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -61,3 +76,100 @@ class Common:
                         best = (root, "" if rel == "." else rel)
                     break
         return best
+
+    # -- [[wikilinks]]: which note a link names (each store's SQL finds the candidates) ---
+
+    def vault(self, root_id: int, relpath: str, seen: dict[Vault, Vault]) -> Vault:
+        """The vault a file is in: its deepest folder (up to the root) holding a vault's
+        mark. `seen` remembers each folder's vault for the caller's one operation."""
+        folder = relpath.rpartition("/")[0]
+        walked: list[Vault] = []
+        found: Vault = (root_id, "")
+        root = None
+        while folder:
+            key = (root_id, folder)
+            if key in seen:
+                found = seen[key]
+                break
+            walked.append(key)
+            root = root or next((r for r in self.roots() if r.id == root_id), None)
+            if root is None:
+                break
+            at = os.path.join(root.path, *folder.split("/"))
+            if any(os.path.exists(os.path.join(at, m)) for m in VAULT_MARKS):
+                found = key
+                break
+            folder = folder.rpartition("/")[0]
+        for key in walked:
+            seen[key] = found
+        return found
+
+    def resolve_links(self, targets: Sequence[str], source: int) -> list[int | None]:
+        """The file each `[[target]]` of note `source` names (None: no such file), as
+        Obsidian resolves it: by file name (a note's without `.md`), case-insensitively;
+        a target with folders must end the file's path; a file in the note's own vault
+        first (of several, the shortest path), else one elsewhere when the name is in
+        only one vault."""
+        row = self.file(source)
+        seen: dict[Vault, Vault] = {}
+        done: dict[str, int | None] = {}
+        for target in targets:
+            if target not in done:
+                done[target] = self._resolve(target, row.root_id, row.relpath, seen)
+        return [done[t] for t in targets]
+
+    def _resolve(self, target: str, root_id: int, relpath: str,
+                 seen: dict[Vault, Vault]) -> int | None:
+        """What a link of the note at `relpath` names. A Markdown link's path (`./a.md`,
+        `../b/c.md`; `/d.md` from the vault's top) names that file of the note's root;
+        when it does not exist, it resolves as a `[[wikilink]]` to those folders."""
+        import posixpath
+
+        from loomcli.extract import markdown
+
+        key = markdown.link_key(target)
+        if not key:
+            return None
+        here = self.vault(root_id, relpath, seen)
+        exact = None
+        if target.startswith(("./", "../", "/")):
+            base = relpath.rpartition("/")[0] if target[0] == "." else here[1]
+            exact = posixpath.normpath(f"{base}/{key}" if base else key).lower()
+            while exact.startswith("../"):  # above the root: from the root
+                exact = exact[3:]
+            if exact in (".", ".."):
+                return None
+            key = exact
+        rows = list(self._notes_named(markdown.link_names(key)))
+        if exact is not None:
+            for fid, rid, rel in rows:
+                if rid == root_id and markdown.link_key(rel) == key:
+                    return fid
+        return markdown.best_link(
+            key, ((fid, self.display_path(rid, rel), self.vault(rid, rel, seen))
+                  for fid, rid, rel in rows), here)
+
+    def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
+        """For each of these files, the notes that link to it: {file: {note: first line}}.
+        Links are resolved when read, so a note added later catches the links that
+        named it before."""
+        out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
+        seen: dict[Vault, Vault] = {}
+        resolved: dict[tuple[str, Vault], int | None] = {}
+        for name in set(self._names(file_ids).values()):
+            names = [name]
+            if "___" in name or "%2f" in name:  # (the notes module only then: start-up)
+                from loomcli.extract import markdown
+
+                names = markdown.names_linking(name)
+            for source, root_id, relpath, target, line in self._links_named(names):
+                # a Markdown link's path is the note's folder's; a wikilink, its vault's
+                home = (target, (root_id, relpath.rpartition("/")[0])
+                        if target.startswith((".", "/")) else self.vault(root_id, relpath, seen))
+                if home not in resolved:
+                    resolved[home] = self._resolve(target, root_id, relpath, seen)
+                fid = resolved[home]
+                if fid in out and fid != source:
+                    known = out[fid].get(source)
+                    out[fid][source] = line if known is None else min(known, line)
+        return out

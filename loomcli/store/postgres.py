@@ -810,41 +810,34 @@ class PostgresStore(Common):
         return [r[0] for r in self._q(
             "SELECT tag FROM tags WHERE file_id = %s ORDER BY tag", (file_id,))]
 
-    def resolve_link(self, target: str) -> int | None:
-        from loomcli.extract import markdown
+    def tags_for(self, file_ids: Sequence[int]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {fid: [] for fid in file_ids}
+        for fid, tag in self._q("SELECT file_id, tag FROM tags WHERE file_id = ANY(%s) "
+                                "ORDER BY file_id, tag", (list(file_ids),)):
+            out[fid].append(tag)
+        return out
 
-        key = markdown.link_key(target)
-        if not key:
-            return None
-        rows = self._q(
+    def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]:
+        return self._q(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f "
-            "ON f.id = n.file_id WHERE n.name = %s AND f.indexed_at IS NOT NULL",
-            (markdown.name_key(key),))
-        return markdown.best_link(key, ((fid, self.display_path(root_id, rel))
-                                        for fid, root_id, rel in rows))
+            "ON f.id = n.file_id WHERE n.name = ANY(%s) AND f.indexed_at IS NOT NULL",
+            (list(names),)).fetchall()
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         return [(r[0], r[1], r[2], r[3]) for r in self._q(
             "SELECT target, heading, alias, line FROM links WHERE file_id = %s ORDER BY n",
             (file_id,))]
 
-    def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
-        out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
-        names = dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
-                             (list(file_ids),)).fetchall())
-        resolved: dict[str, int | None] = {}
-        for name in set(names.values()):
-            for source, target, line in self._q(
-                    "SELECT l.file_id, l.target, min(l.line) FROM links l JOIN files f "
-                    "ON f.id = l.file_id WHERE l.name = %s AND f.indexed_at IS NOT NULL "
-                    "GROUP BY l.file_id, l.target", (name,)):
-                if target not in resolved:
-                    resolved[target] = self.resolve_link(target)
-                fid = resolved[target]
-                if fid in out and fid != source:
-                    known = out[fid].get(source)
-                    out[fid][source] = line if known is None else min(known, line)
-        return out
+    def _names(self, file_ids: Sequence[int]) -> dict[int, str]:
+        return dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
+                            (list(file_ids),)).fetchall())
+
+    def _links_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str, str, int]]:
+        return self._q(
+            "SELECT l.file_id, f.root_id, f.relpath, l.target, min(l.line) FROM links l "
+            "JOIN files f ON f.id = l.file_id WHERE l.name = ANY(%s) "
+            "AND f.indexed_at IS NOT NULL GROUP BY l.file_id, f.root_id, f.relpath, l.target",
+            (list(names),)).fetchall()
 
     # -- BM25 (postgres_words.py) ------------------------------------------------------------
 

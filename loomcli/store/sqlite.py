@@ -887,21 +887,22 @@ class Store(Common):
         return [r[0] for r in self.conn.execute(
             "SELECT tag FROM tags WHERE file_id = ? ORDER BY tag", (file_id,))]
 
-    def resolve_link(self, target: str) -> int | None:
-        """The file a `[[target]]` names, as Obsidian resolves it: by file name (a note's
-        without `.md`), case-insensitively; a target with folders must end the file's
-        path; of several, the shortest path (then the first in path order)."""
-        from loomcli.extract import markdown
+    def tags_for(self, file_ids: Sequence[int]) -> dict[int, list[str]]:
+        """Each of these files' tags, in order (search hits': one query for all)."""
+        out: dict[int, list[str]] = {fid: [] for fid in file_ids}
+        for fid, tag in self.conn.execute(
+                "SELECT file_id, tag FROM tags WHERE file_id IN (SELECT value FROM "
+                "json_each(?)) ORDER BY file_id, tag", (json.dumps(list(file_ids)),)):
+            out[fid].append(tag)
+        return out
 
-        key = markdown.link_key(target)
-        if not key:
-            return None
-        rows = self.conn.execute(
+    def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]:
+        """(file id, root id, relpath) of the indexed files a link by these names may
+        name."""
+        return self.conn.execute(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f ON f.id = n.file_id "
-            "WHERE n.name = ? AND f.indexed_at IS NOT NULL",
-            (markdown.name_key(key),))
-        return markdown.best_link(key, ((fid, self.display_path(root_id, rel))
-                                        for fid, root_id, rel in rows))
+            "WHERE n.name IN (SELECT value FROM json_each(?)) AND f.indexed_at IS NOT NULL",
+            (json.dumps(list(names)),)).fetchall()
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         """(target, heading, alias, line) of each link of a note, in its order."""
@@ -909,27 +910,19 @@ class Store(Common):
             "SELECT target, heading, alias, line FROM links WHERE file_id = ? ORDER BY n",
             (file_id,))]
 
-    def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
-        """For each of these files, the notes that link to it: {file: {note: first line}}.
-        Links are resolved when read, so a note added later catches the links that
-        named it before."""
-        out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
-        names = dict(self.conn.execute(
+    def _names(self, file_ids: Sequence[int]) -> dict[int, str]:
+        return dict(self.conn.execute(
             "SELECT file_id, name FROM notes WHERE file_id IN (SELECT value FROM json_each(?))",
             (json.dumps(list(file_ids)),)).fetchall())
-        resolved: dict[str, int | None] = {}
-        for name in set(names.values()):
-            for source, target, line in self.conn.execute(
-                    "SELECT l.file_id, l.target, min(l.line) FROM links l JOIN files f "
-                    "ON f.id = l.file_id WHERE l.name = ? AND f.indexed_at IS NOT NULL "
-                    "GROUP BY l.file_id, l.target", (name,)):
-                if target not in resolved:
-                    resolved[target] = self.resolve_link(target)
-                fid = resolved[target]
-                if fid in out and fid != source:
-                    known = out[fid].get(source)
-                    out[fid][source] = line if known is None else min(known, line)
-        return out
+
+    def _links_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str, str, int]]:
+        """(note, its root id, its relpath, target, first line) of the links by these
+        names."""
+        return self.conn.execute(
+            "SELECT l.file_id, f.root_id, f.relpath, l.target, min(l.line) FROM links l "
+            "JOIN files f ON f.id = l.file_id WHERE l.name IN (SELECT value FROM "
+            "json_each(?)) AND f.indexed_at IS NOT NULL GROUP BY l.file_id, l.target",
+            (json.dumps(list(names)),)).fetchall()
 
     def iter_texts(self, file_ids: list[int] | None = None,
                    wanted: dict[int, set[int] | None] | None = None,

@@ -48,6 +48,17 @@ function navLink(path, params, ...children) {
   return el("a", { href: href(path, params), dataset: { nav: "" } }, ...children);
 }
 
+// A note's tag as a link that searches by it: with `query`, that query narrowed to it.
+function tagLink(tag, query) {
+  const word = `#${tag}`;
+  const words = (query || "").split(/\s+/).filter(Boolean);
+  const q = words.some((w) => w.toLowerCase() === word) ? query : [...words, word].join(" ");
+  const a = navLink("/search", { q }, word);
+  a.classList.add("tag");
+  a.title = `Notes tagged ${word}`;
+  return a;
+}
+
 function escapeRegex(s) {
   return s.replace(/[.*+?^${}()|[\]\\\/-]/g, "\\$&");
 }
@@ -339,7 +350,10 @@ views.search = (() => {
       el("div", { class: "meta" },
         navLink("/file", params, hit.path),
         el("span", { class: "tag", title: "How it matched" }, how),
-        page),
+        page,
+        hit.backlinks ? el("span", { class: "backlinks", title: "Notes whose [[links]] name it" },
+          `linked from ${hit.backlinks} note${hit.backlinks === 1 ? "" : "s"}`) : null,
+        ...(hit.tags || []).map((t) => tagLink(t, query))),
       el("p", { class: "snippet" }, highlighted(hit.snippet || "", re)));
     li.firstChild.classList.add("title");
     li.children[1].firstChild.classList.add("path");
@@ -679,6 +693,34 @@ views.file = (() => {
     return null;
   }
 
+  // A note's tags, the notes it links to and those linking to it, each opening its own.
+  function showNotes(info) {
+    const box = $("file-notes");
+    const tags = $("file-tags");
+    const links = $("file-links");
+    const back = $("file-backlinks");
+    for (const p of [tags, links, back]) {
+      p.replaceChildren(p.firstElementChild);
+      p.hidden = true;
+    }
+    box.hidden = true;
+    if (!info) return;
+    const open = (path, text) => navLink("/file", { path }, text);
+    if (info.tags.length) tags.append(...info.tags.map((t) => tagLink(t, "")));
+    const seen = new Set();
+    for (const k of info.links) {
+      const key = `${k.path ?? ""}\n${k.target}`;
+      if (seen.has(key)) continue; // a note linking twice to one note lists it once
+      seen.add(key);
+      const text = k.alias || k.target;
+      links.append(k.path ? open(k.path, text)
+        : el("span", { class: "missing", title: "No indexed note has this name" }, `${text} (no such note)`));
+    }
+    back.append(...info.backlinks.map((b) => open(b.path, b.title || b.path)));
+    for (const p of [tags, links, back]) p.hidden = p.children.length < 2;
+    box.hidden = tags.hidden && links.hidden && back.hidden;
+  }
+
   function updateNav() {
     const n = doc.matches.length;
     prev.disabled = next.disabled = n < 2;
@@ -726,6 +768,7 @@ views.file = (() => {
     $("file-title").textContent = path || "No document";
     $("file-path").textContent = "";
     $("file-page").textContent = "";
+    showNotes(null);
     pre.replaceChildren();
     doc = null;
     if (!path) { fail("No document named: open one from search or grep."); return; }
@@ -735,12 +778,13 @@ views.file = (() => {
       if (mine !== seq) return;
       const re = pattern ? null : wordsRegex(terms); // a user's pattern: RE2's marks only
       const grepPattern = pattern || wordsPattern(terms);
-      const [info, found] = await Promise.all([
+      const [info, found, notes] = await Promise.all([
         callJSON("POST", "/pages", { path }),
         grepPattern
           ? callJSON("POST", "/grep", { pattern: grepPattern, path, case: caseSensitive ? "sensitive" : "ignore",
                                       limit: MATCHES_MAX, spans: Boolean(pattern) })
           : Promise.resolve({ matches: [], truncated: false }),
+        callJSON("POST", "/links", { path }).catch(() => null), // the text shows without them
       ]);
       if (mine !== seq) return;
       const spans = pattern ? found.matches.flatMap((m) => m.spans || []) : null;
@@ -750,6 +794,7 @@ views.file = (() => {
               link: { path, q, pattern, case: caseSensitive ? "1" : "", length: length ?? "" } };
       $("file-title").textContent = info.title || info.path;
       $("file-path").textContent = `${info.path} · ${bytes(info.content_len)}`;
+      showNotes(notes);
       if (offset !== null && doc.matches.length) {
         const i = doc.matches.findIndex((m) => m.offset >= offset - 4);
         doc.at = i < 0 ? doc.matches.length - 1 : i;
