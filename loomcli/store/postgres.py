@@ -39,16 +39,16 @@ from loomcli.migrations import (
     chunk_texts,
     words_apart,
 )
+from loomcli.search.text import utf8_len
 from loomcli.store import postgres_words as bm
 from loomcli.store import sqlite as lite
 from loomcli.store.common import Common
 from loomcli.store.rows import FileInfo, FileRow, Root
 from loomcli.store.sqlite import FILE_MASK, GREP_BLOCK_CHARS, RUN_BYTES
-from loomcli.text import utf8_len
 
 if TYPE_CHECKING:
-    from loomcli.text import Query
-    from loomcli.trigrams import Need
+    from loomcli.search.text import Query
+    from loomcli.search.trigrams import Need
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 FILE_WEIGHTS = (TITLE_WEIGHT, BODY_WEIGHT, GRAMS_WEIGHT)  # title, body, grams

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
-from loomcli import locks, scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
 from loomcli.migrations import (
@@ -31,16 +30,18 @@ from loomcli.migrations import (
     migrate,
     put_note,
 )
+from loomcli.search import scripts
+from loomcli.search.text import Query, acronym, parse, utf8_len, words_apart
+from loomcli.search.trigrams import trigrams
+from loomcli.store import locks
 from loomcli.store.common import Common
 from loomcli.store.rows import FileInfo, FileRow, Root
-from loomcli.text import Query, acronym, parse, utf8_len, words_apart
-from loomcli.trigrams import trigrams
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
 
-    from loomcli.trigrams import Need
+    from loomcli.search.trigrams import Need
 
 AMONG_BY_ROWID = 20  # a search among at most this many files asks FTS5 for each (_among)
 

@@ -13,9 +13,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from loomcli import ignore
 from loomcli.errors import IgnorePatternError, RootError
 from loomcli.extract import IMAGES
+from loomcli.index import ignore
 from loomcli.records import Record
 
 IGNORE_FILE = ".loomignore"
