@@ -14,7 +14,7 @@ from typing import Any
 
 from loomcli import __version__, declare, tools
 from loomcli.errors import LoomError
-from loomcli.index.discover import DOCUMENTS
+from loomcli.extract import DOCUMENTS
 from loomcli.limits import EXCERPT_CHARS, GREP_CASE, GREP_LIMIT, SEARCH_LIMIT
 from loomcli.operations import Corpus
 
