@@ -249,9 +249,8 @@ def test_the_layer_table_names_every_package():
 # reaches the index through the seam (store/seam.py).
 SQLITE_MAY_IMPORT = ("loomcli.store", "loomcli.migrations", "loomcli.conversations")
 # What the store package may import: the modules below it (pure rules and records).
-BELOW_THE_STORE = {"loomcli.records", "loomcli.errors", "loomcli.search.scripts",
-                   "loomcli.search.text",
-                   "loomcli.search.trigrams", "loomcli.compat", "loomcli.store.locks",
+BELOW_THE_STORE = {"loomcli.records", "loomcli.errors", "loomcli.compat",
+                   "loomcli.search.scripts", "loomcli.search.text", "loomcli.search.trigrams",
                    "loomcli.migrations", "loomcli.extract", "loomcli.extract.markdown"}
 
 
