@@ -309,7 +309,7 @@ def status(
         import datetime as dt
 
         when = dt.datetime.fromtimestamp(last["finished_at"]).isoformat(" ", "seconds")
-        from loomcli.indexer import counts
+        from loomcli.index.indexer import counts
 
         _out(f"last scan: {when}: {counts(last['report'] or {})}")
     elif not data["roots"]:
@@ -881,7 +881,7 @@ def watch(
             line = json.dumps(event, ensure_ascii=False)
         elif event["change"] == "scanned":
             r = event["report"]
-            from loomcli.indexer import counts
+            from loomcli.index.indexer import counts
 
             n = event["roots"]
             line = (f"scanned: {counts(r)}; watching {console.count(n, 'folder')}, "

@@ -207,7 +207,7 @@ class Config:
 
     @property
     def extensions(self) -> frozenset[str]:
-        from loomcli.discover import DOCUMENTS
+        from loomcli.extract import DOCUMENTS
 
         exts = {e.lower().lstrip(".") for e in self.get("extensions")}
         return frozenset(exts | DOCUMENTS.keys())

@@ -60,7 +60,7 @@ def count(n: int, word: str) -> str:
 
 
 def highlight(snippet: str) -> str:
-    from loomcli.text import SNIPPET_END, SNIPPET_START, plain_snippet
+    from loomcli.search.text import SNIPPET_END, SNIPPET_START, plain_snippet
 
     if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
         return snippet.replace(SNIPPET_START, "\x1b[1m").replace(SNIPPET_END, "\x1b[0m")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
-    from loomcli.grep import Match
+    from loomcli.search.grep import Match
 
 # ripgrep's default colours: path magenta, line number green, match bold red.
 PATH, NUMBER, MATCH, RESET = "\x1b[35m", "\x1b[32m", "\x1b[1m\x1b[31m", "\x1b[0m"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loomcli import __version__, declare, tools
-from loomcli.discover import DOCUMENTS
 from loomcli.errors import LoomError
+from loomcli.extract import DOCUMENTS
 from loomcli.limits import EXCERPT_CHARS, GREP_CASE, GREP_LIMIT, SEARCH_LIMIT
 from loomcli.operations import Corpus
 

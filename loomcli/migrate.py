@@ -82,7 +82,7 @@ def copy(source: Store, dest: Store, progress: Callable[[str], None]) -> Migrate
     """Copy `source` into the empty `dest` (both open; the source is only read). The
     files, texts and vectors go in one transaction (an interrupted migration leaves the
     destination empty), grep's index after, a batch a transaction."""
-    from loomcli import grep_index
+    from loomcli.index import grep_index
 
     check_empty(dest)
     done = Migrated(shown(dest.location))

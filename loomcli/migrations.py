@@ -8,9 +8,9 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 
-from loomcli import scripts
 from loomcli.errors import IndexStateError
-from loomcli.text import words_apart
+from loomcli.search import scripts
+from loomcli.search.text import words_apart
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:

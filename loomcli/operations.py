@@ -57,10 +57,10 @@ if TYPE_CHECKING:
     from loomcli.ask import Answer, Prompt
     from loomcli.ask.session import Retrieved, Sending, Session
     from loomcli.ask.window import Budget
-    from loomcli.grep import GrepResult, Match
-    from loomcli.indexer import OnChange, Progress, ScanReport
+    from loomcli.index.indexer import OnChange, Progress, ScanReport
     from loomcli.migrate import Migrated
     from loomcli.providers import Provider
+    from loomcli.search.grep import GrepResult, Match
     from loomcli.store.rows import FileInfo, Hit
     from loomcli.store.seam import IndexStore as Store
     from loomcli.tools import Tool
@@ -166,7 +166,7 @@ class SearchHit:
         return f"SearchHit({self.to_dict()!r})"
 
     def to_dict(self) -> dict[str, Any]:
-        from loomcli.text import plain_snippet
+        from loomcli.search.text import plain_snippet
 
         out: dict[str, Any] = {"path": self.path, "title": self.title,
                                "score": round(self.score, 4),
@@ -195,7 +195,7 @@ class Terms(Record):
 
 
 def terms(text: Any) -> Terms:
-    from loomcli.text import terms as stems
+    from loomcli.search.text import terms as stems
 
     return Terms(stems(_text("text", text, required=False))[:TERMS_MAX])
 
@@ -424,7 +424,7 @@ def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None
     the globs, as grep selects them; None for every file."""
     if path is None and not globs:
         return None
-    from loomcli.grep import _selected  # ripgrep's rule for -g, as grep applies it
+    from loomcli.search.grep import _selected  # ripgrep's rule for -g, as grep applies it
 
     chosen = store.paths()
     if path is not None:
@@ -437,7 +437,7 @@ def _among(store: Store, path: str | None, globs: list[str]) -> list[int] | None
             if not chosen:
                 raise
     if globs:
-        from loomcli import ignore
+        from loomcli.index import ignore
 
         patterns = ignore.parse_lines(globs, source="--glob")
         chosen = [(fid, shown) for fid, shown in chosen if _selected(shown, patterns)]
@@ -645,7 +645,7 @@ class Corpus:
                               tags=tagged_as.get(h.file_id))
                     for h, how in found]
             if chars:
-                from loomcli.excerpt import SCAN_BYTES, excerpt
+                from loomcli.search.excerpt import SCAN_BYTES, excerpt
 
                 chars = max(EXCERPT_CHARS_MIN, chars)
                 for hit, (h, _) in zip(hits, found, strict=True):
@@ -679,8 +679,8 @@ class Corpus:
         The plan is retrieve.py's; a failing embeddings provider leaves BM25 alone, with
         a warning. `operator`: how BM25 combines the words (OR for ask's questions);
         `among`: only these files (--glob, --path)."""
-        from loomcli import retrieve
-        from loomcli.text import query_words
+        from loomcli.search import retrieve
+        from loomcli.search.text import query_words
 
         if mode == "bm25":
             ranked = retrieve.bm25(store, query, n, operator, among, prefix)
@@ -706,15 +706,15 @@ class Corpus:
     def _hits(store: Store, query: str, ranked: list[Any]) -> list[tuple[Hit, str]]:
         how = {r.file_id: r.match for r in ranked}
         near = {r.file_id: r.near for r in ranked if r.near}
-        from loomcli.hits import hits as with_snippets
+        from loomcli.search.hits import hits as with_snippets
 
         hits = with_snippets(store, [(r.file_id, r.score) for r in ranked], query, near)
         return [(h, how[h.file_id]) for h in hits]
 
     def _meaning(self, store: Store, query: str) -> tuple[Any, Any]:
         """The query's vector and the index's vectors, or (None, None) without any."""
-        from loomcli import semantic
         from loomcli.embeddings import EmbeddingsError
+        from loomcli.search import semantic
 
         embedder = self._embedder()
         sizes = {d for d, count in store.vector_dims(embedder.identity).items() if d and count}
@@ -744,8 +744,8 @@ class Corpus:
         """The file's passages as (start char, end char, similarity to the query)."""
         if vector is None:
             return []
-        from loomcli import semantic
         from loomcli.embeddings import char_spans
+        from loomcli.search import semantic
 
         scored = semantic.passage_scores(store, file_id, self._embedder().identity, vector)
         return char_spans(text, scored)
@@ -754,7 +754,7 @@ class Corpus:
              case_sensitive: Any = False, limit: Any = None, **options: Any) -> GrepResult:
         """Matching lines, at most `limit` (GREP_LIMIT by default, GREP_LIMIT_MAX at most:
         MCP and HTTP); `truncated` when cut. `options`: those of `grep_lines`."""
-        from loomcli.grep import GrepResult
+        from loomcli.search.grep import GrepResult
 
         n = _int("limit", limit, GREP_LIMIT, 1, GREP_LIMIT_MAX) or GREP_LIMIT
         found: list[Match] = []
@@ -791,7 +791,7 @@ class Corpus:
                                  ) -> Iterator[str]:
         """The paths of the files grep reads that hold no match (--files-without-match);
         the options are grep_lines'."""
-        from loomcli.grep import files_without_match
+        from loomcli.search.grep import files_without_match
 
         with self.store() as store:
             ids = None if within is None else self._ids_within(store, within)
@@ -840,7 +840,7 @@ class Corpus:
               word: Any = False, before: Any = None, after: Any = None,
               max_count: Any = None, every: Any = False, within: list[int] | None = None,
               **more: Any) -> Iterator[Match]:
-        from loomcli.grep import matches
+        from loomcli.search.grep import matches
 
         n_context = _int("context", context, 0, 0, GREP_CONTEXT_MAX) or 0
         return matches(
@@ -858,7 +858,7 @@ class Corpus:
                       invert: Any = False, multiline: Any = False, types: Any = None,
                       types_not: Any = None) -> dict[str, Any]:
         """grep's pattern(s) and file choice, checked (every edge's, once)."""
-        from loomcli.grep import CASES, type_endings
+        from loomcli.search.grep import CASES, type_endings
 
         if case is not None and case not in CASES:
             raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
@@ -1015,7 +1015,7 @@ class Corpus:
         """Index DIRs (else this corpus's roots, the config's notes_dirs, or the roots
         already indexed). The roots are checked before the index is created or opened,
         so a bad folder leaves nothing behind."""
-        from loomcli import indexer
+        from loomcli.index import indexer
 
         force = _bool("force", force)
         roots = self._set_aside(dirs) if _bool("rebuild", rebuild) else self.roots_for(dirs)
@@ -1025,7 +1025,7 @@ class Corpus:
 
     def roots_for(self, dirs: Sequence[str | Path] = ()) -> list[Path]:
         """The folders a scan of DIRs covers, each checked (RootError when missing)."""
-        from loomcli import indexer
+        from loomcli.index import indexer
 
         chosen = list(dirs) or list(self.roots or [])
         if chosen or not self.index_exists():
@@ -1050,7 +1050,7 @@ class Corpus:
 
     def forget(self, folder: str) -> int:
         """Drop an indexed folder and its files from the index; how many files went."""
-        from loomcli import indexer
+        from loomcli.index import indexer
 
         with self.store(write=True) as store:
             return indexer.forget(store, folder)

@@ -45,7 +45,7 @@ class ProgressBar:
 
 def scan(config: str | None, dirs: list[Path], force: bool, rebuild: bool, verbose: bool,
          as_json: bool) -> int:
-    from loomcli import indexer
+    from loomcli.index import indexer
 
     bar = ProgressBar()
     try:

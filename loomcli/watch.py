@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loomcli import discover, indexer
 from loomcli.config import Config
+from loomcli.index import discover, indexer
 from loomcli.operations import Corpus
 
 DEBOUNCE_MS = 1600  # longest a batch may gather

@@ -33,8 +33,8 @@ if missing:
 # A cold `loom grep` imports these: without their bytecode each start compiles them again
 # (pipx's pip compiles at install, even with PYTHONDONTWRITEBYTECODE set).
 package = next(venv.glob("lib/python*/site-packages/loomcli"))
-for name in ("fastpath", "reading", "console", "operations", "store/sqlite", "text",
-             "grep"):
+for name in ("fastpath", "reading", "console", "operations", "store/sqlite", "search/text",
+             "search/grep"):
     folder, _, stem = f"/{name}".rpartition("/")
     if not list((package / folder.lstrip("/") / "__pycache__").glob(f"{stem}.*.pyc")):
         sys.exit(f"pipx installed loomcli/{name}.py without its bytecode")

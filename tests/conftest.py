@@ -155,8 +155,8 @@ def scanned_with_meaning(home: Path, notes: Path, loom: Any) -> Path:
 def bm25_hits(store: Any, query: str, limit: int, operator: str = "auto") -> list[Any]:
     """Files by BM25 with their snippets, as a search composes them (retrieve.rank_files,
     then hits.hits): what the store's old `search` gave."""
-    from loomcli.hits import hits
-    from loomcli.retrieve import rank_files
+    from loomcli.search.hits import hits
+    from loomcli.search.retrieve import rank_files
 
     return hits(store, rank_files(store, query, limit, operator), query)
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from loomcli import ask, config
 from loomcli.extract import Extracted
+from loomcli.search.text import retrieval_query
 from loomcli.store import Store
-from loomcli.text import retrieval_query
 
 from .conftest import bm25_hits, write
 from .llm_server import FakeLLM

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loomcli.excerpt import MARK, excerpt, terms
+from loomcli.search.excerpt import MARK, excerpt, terms
 
 FILLER = "".join(f"Line {i} talks about nothing in particular, weaving and looms.\n"
                  for i in range(400))
@@ -82,7 +82,7 @@ def test_never_exceeds_the_budget_and_spans_are_real(text, question, budget, hea
 
 
 def test_identifiers_match_their_parts():
-    from loomcli.excerpt import _occurrences, terms
+    from loomcli.search.excerpt import _occurrences, terms
 
     assert terms("what does panic_on_oops do to maxUserWatches on ext4?") == [
         "panic_", "panic", "oops", "maxuse", "max", "user", "watche", "ext4", "ext"]
@@ -115,7 +115,7 @@ def _occurrences_by_definition(text: str, stems: list[str]) -> dict[str, list[in
        st.lists(st.text(alphabet="ab_1éx", min_size=1, max_size=3), min_size=1, max_size=4,
                 unique=True))
 def test_occurrences_are_every_word_start(text, stems):
-    from loomcli.excerpt import _occurrences
+    from loomcli.search.excerpt import _occurrences
 
     assert _occurrences(text.lower(), stems, text) == _occurrences_by_definition(text, stems)
 
@@ -172,7 +172,7 @@ def test_a_larger_budget_sends_everything_a_smaller_one_sent(text, question, bud
 
 
 def test_one_excerpter_asked_at_many_budgets_is_the_same_as_one_call_each():
-    from loomcli.excerpt import Excerpter
+    from loomcli.search.excerpt import Excerpter
 
     text = FILLER[:9000] + "\nThe madder vat must stay below sixty degrees.\n" + FILLER[9000:]
     cutter = Excerpter(text, "madder vat degrees", 1200)

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loomcli import retrieve
 from loomcli.migrations import words_apart
+from loomcli.search import retrieve
 from loomcli.store import Store
 from tests.conftest import scanned_with_meaning, write
 
@@ -158,8 +158,8 @@ def test_words_apart_holds_acronyms_and_cjk():
 def _as_before_011(db: Path) -> None:
     """Make an index as loom made it before migration 011: `cjk` with CJK pairs only,
     both BM25 indexes without acronyms, and 011 not recorded."""
-    from loomcli import scripts
     from loomcli.migrations import chunk_texts
+    from loomcli.search import scripts
 
     conn = sqlite3.connect(db)
     with conn:

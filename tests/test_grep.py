@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loomcli import grep, operations
+from loomcli import operations
 from loomcli.errors import QueryError
 from loomcli.extract import Extracted
+from loomcli.search import grep
 from loomcli.store import Store
 
 from .conftest import FIXTURES, bm25_hits, write
@@ -319,7 +320,7 @@ def test_indexed_grep_reads_only_the_candidates(tmp_path):
     docs["hit.md"] = "# Hit\nthe flag IRQF_ONESHOT is set\n"
     store = make_store(tmp_path, docs)
     try:
-        from loomcli.trigrams import required
+        from loomcli.search.trigrams import required
 
         need = required("IRQF_ONESHOT")
         assert need == ("lit", "IRQF_ONESHOT")  # a literal, not a backend's query syntax

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import grep_index, locks
 from loomcli.config import load
 from loomcli.errors import BusyError
+from loomcli.index import grep_index
 from loomcli.operations import Corpus
-from loomcli.store import Store
+from loomcli.store import Store, locks
 
 from .conftest import write
 
@@ -218,7 +218,7 @@ def test_a_killed_builder_leaves_a_consistent_index_and_the_next_scan_finishes(
     expected = grep_lines("-i", "marker_[0-9]+ irqf_oneshot")
     assert len(expected) == 24
     lock_fd = locks.take_builder_lock(db)
-    builder = subprocess.Popen([sys.executable, "-m", "loomcli.grep_index", str(db),
+    builder = subprocess.Popen([sys.executable, "-m", "loomcli.index.grep_index", str(db),
                                 str(lock_fd)], pass_fds=(lock_fd,))
     os.close(lock_fd)
     while grep_index_state(db)[1] == 0:  # until its first batch is committed

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import config, indexer, locks
+from loomcli import config
 from loomcli.extract import read_regular_file
-from loomcli.store import Store
+from loomcli.index import indexer
+from loomcli.store import Store, locks
 
 from .conftest import PDF_SAMPLES, as_user, write
 

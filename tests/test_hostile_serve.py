@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import ignore
 from loomcli.errors import IgnorePatternError
+from loomcli.index import ignore
 
 from .conftest import as_user, write
 from .llm_server import FakeLLM

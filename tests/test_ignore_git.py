@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import discover, ignore
 from loomcli.errors import IgnorePatternError
+from loomcli.index import discover, ignore
 
 from .conftest import git_unignored, write
 

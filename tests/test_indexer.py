@@ -176,7 +176,7 @@ def test_force_re_extracts(notes):
 
 def test_files_hashed_in_chunks_skip_when_touched_and_re_extract_when_forced(
         notes, monkeypatch):
-    from loomcli import indexer
+    from loomcli.index import indexer
 
     monkeypatch.setattr(indexer, "STREAM_HASH_BYTES", 10)  # every file is "large"
     run(notes)
@@ -235,7 +235,7 @@ def test_a_file_deleted_between_listing_and_reading_is_removed_not_failed(notes)
     own progress callback, called before each file is read, deletes files at two points:
     a note just before it is read, and a PDF after the scan has read and hashed it but
     before an extraction worker opens it."""
-    from loomcli.indexer import exit_code
+    from loomcli.index.indexer import exit_code
 
     run(notes)
     for name in ("welcome.md", "recipes/bread.md"):

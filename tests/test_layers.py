@@ -1,8 +1,9 @@
 """The layers hold: edges (the CLI, the fast path, MCP, HTTP, the page, watch) call the
 operations, which call the rest; nothing below the operations imports them or an edge,
-and no module imports one that imports it back. Imports inside functions (kept there
-for start-up time) count as much as those at the top; those only for type checking
-(`if TYPE_CHECKING:`) do not run, so they do not."""
+each package below them imports only the packages under it (MAY_IMPORT, the table of
+docs/architecture.md), and no module imports one that imports it back. Imports inside
+functions (kept there for start-up time) count as much as those at the top; those only
+for type checking (`if TYPE_CHECKING:`) do not run, so they do not."""
 
 from __future__ import annotations
 
@@ -161,13 +162,95 @@ def test_every_edge_named_here_exists(edge):
     assert f"loomcli.{edge}" in _modules()
 
 
+# Below the operations: one package per concern, each importing only the packages listed
+# for it (docs/architecture.md draws them). The top-level modules that are neither an edge
+# nor an operation are shared (config, records, errors, limits, paths, sanitize, tools ...);
+# migrations.py is the SQLite store's schema, so of the store's layer.
+MAY_IMPORT: dict[str, set[str]] = {
+    "ask": {"search", "providers", "store"},      # excerpts to send; the store's rows
+    "index": {"extract", "embeddings", "store"},  # read files, embed passages, write
+    "search": {"store"},                          # rank, snippets, vectors, grep
+    "embeddings": {"extract", "providers"},       # extract's worker pool; remote models
+    "store": {"extract"},                         # stores what extract made (Extracted)
+    "providers": set(),
+    "extract": set(),
+    "shared": {"extract"},                        # config: the kinds extract reads
+}
+TOP_LEVEL_LAYER = {"migrations": "store"}
+# The rules a scan and a query must apply alike (what a word is, what a pattern needs,
+# what a glob matches): pure, they import only shared modules and each other, and any
+# layer may use them. Nothing else of search/ or index/ is imported from a lower layer.
+RULES = {"loomcli.search.text", "loomcli.search.scripts", "loomcli.search.trigrams",
+         "loomcli.index.ignore"}
+
+
+def layer_of(module: str) -> str:
+    """edges, operations, shared, or the package below the operations `module` is in."""
+    short = _short(module)
+    if short in EDGES:
+        return "edges"
+    if short in (OPERATIONS, "migrate"):
+        return "operations"
+    top = short.split(".")[0]
+    if top in MAY_IMPORT and (top != short or Path(_modules()[module]).name == "__init__.py"):
+        return top
+    return TOP_LEVEL_LAYER.get(short, "shared")
+
+
+def wrong_layers(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import below the operations that crosses into a layer not listed for it."""
+    wrong = []
+    for module, targets in graph.items():
+        mine = layer_of(module)
+        if mine not in MAY_IMPORT:
+            continue
+        for target, line in targets.items():
+            theirs = layer_of(target)
+            allowed = (theirs in (mine, "shared") or theirs in MAY_IMPORT[mine]
+                       or (target in RULES and module not in RULES))
+            if module in RULES:  # a rule: shared modules and the other rules only
+                allowed = theirs == "shared" or target in RULES
+            if not allowed:
+                wrong.append(f"{_short(module)}:{line} ({mine}) imports {_short(target)} "
+                             f"({theirs})")
+    return wrong
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    wrong = wrong_layers(import_graph())
+    assert not wrong, "imports across the layers:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    """The rule above would pass on anything if it missed one: search importing the
+    indexer, the store importing the ranking, a rule importing the store, each planted
+    in the real graph, are found."""
+    for module, target in [("loomcli.search.retrieve", "loomcli.index.indexer"),
+                           ("loomcli.store.sqlite", "loomcli.search.retrieve"),
+                           ("loomcli.search.text", "loomcli.store.rows"),
+                           ("loomcli.extract.pdf", "loomcli.search.hits"),
+                           ("loomcli.config", "loomcli.index.discover")]:
+        graph = import_graph()
+        graph[module][target] = 1
+        assert wrong_layers(graph) == [
+            f"{_short(module)}:1 ({layer_of(module)}) imports {_short(target)} "
+            f"({layer_of(target)})"], (module, target)
+
+
+def test_the_layer_table_names_every_package():
+    packages = {name.split(".")[1] for name, path in _modules().items()
+                if path.name == "__init__.py" and name.count(".") == 1}
+    assert packages == set(MAY_IMPORT) - {"shared"}
+    assert all(target in MAY_IMPORT for targets in MAY_IMPORT.values() for target in targets)
+
+
 # The store: only its package speaks SQL. migrations.py (the schema, applied by the SQLite
 # store) and conversations.py (ask's own small file) are SQLite's too; everything else
 # reaches the index through the seam (store/seam.py).
 SQLITE_MAY_IMPORT = ("loomcli.store", "loomcli.migrations", "loomcli.conversations")
 # What the store package may import: the modules below it (pure rules and records).
-BELOW_THE_STORE = {"loomcli.records", "loomcli.errors", "loomcli.scripts", "loomcli.text",
-                   "loomcli.trigrams", "loomcli.compat", "loomcli.locks",
+BELOW_THE_STORE = {"loomcli.records", "loomcli.errors", "loomcli.compat",
+                   "loomcli.search.scripts", "loomcli.search.text", "loomcli.search.trigrams",
                    "loomcli.migrations", "loomcli.extract", "loomcli.extract.markdown"}
 
 
@@ -243,7 +326,7 @@ def test_each_text_rule_is_written_once():
     word = re.compile(r"""re\.compile\(r["']\\w\+["']""")
     stem = re.compile(r"\[:\s*(6|STEM\w*)\]|STEM\w*\s*=\s*6")
     wrong = [f"{_short(name)}:{n}" for name, path in _modules().items()
-             if name != "loomcli.text"
+             if name != "loomcli.search.text"
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if word.search(line) or stem.search(line)]
     page = (PACKAGE / "web" / "app.js").read_text(encoding="utf-8")

@@ -81,7 +81,7 @@ def test_agent_session_lists_tools_greps_reads_scans_and_gets_tool_errors(notes,
     assert (scan["added"], scan["failed"]) == (1, 0)
     assert list(scan) == ["added", "updated", "moved", "removed", "skipped", "failed",
                           "duration_ms", "errors", "skips", "unchanged"]
-    from loomcli.discover import DOCUMENTS
+    from loomcli.extract import DOCUMENTS
 
     kinds = {"note", *DOCUMENTS.values()}
     assert all(kind in descriptions["loom_list_files"] for kind in kinds)

@@ -22,7 +22,7 @@ LOOM = [sys.executable, "-m", "loomcli"]
 def _stores(tmp_path: Path, pg_url: str, *folders: Path):  # type: ignore[no-untyped-def]
     """Both stores, each with `folders` scanned by the real indexer."""
     from loomcli import config as config_mod
-    from loomcli.indexer import Indexer
+    from loomcli.index.indexer import Indexer
     from loomcli.store import open_store
 
     config = config_mod.load()
@@ -53,7 +53,7 @@ def data(tmp_path: Path) -> list[Path]:
 def test_bm25_scores_are_fts5s(tmp_path, pg_url, data) -> None:
     """Every kind of query FTS5 is given — words, phrases, prefixes, acronyms, CJK pairs,
     AND and OR — scores the same files the same (to float rounding) on PostgreSQL."""
-    from loomcli.text import parse
+    from loomcli.search.text import parse
 
     stores = _stores(tmp_path, pg_url, *data)
     compared = 0
@@ -123,7 +123,7 @@ def test_grep_finds_what_sqlite_finds_through_the_trigram_index(tmp_path, pg_url
     everything; the trigram index is there (pg_trgm) and used for literals."""
     import psycopg
 
-    from loomcli import grep
+    from loomcli.search import grep
 
     write(tmp_path / "d" / "a.md", "ÉCOLE normale\nnothing here\nKÖLN and köln\n")
     write(tmp_path / "d" / "b.md", "école du soir\n" * 3)
@@ -230,10 +230,10 @@ def test_grep_index_is_filled_after_the_scan_by_a_builder(tmp_path, pg_url) -> N
     import time
 
     from loomcli import config as config_mod
-    from loomcli import grep
-    from loomcli.indexer import Indexer
+    from loomcli.index.indexer import Indexer
+    from loomcli.search import grep
+    from loomcli.search.trigrams import required
     from loomcli.store import open_store
-    from loomcli.trigrams import required
 
     for n in range(30):
         write(tmp_path / "d" / f"n{n}.md", f"note {n}\n" + "filler line of text\n" * 200

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loomcli import retrieve
-from loomcli import text as text_rules
+from loomcli.search import retrieve
+from loomcli.search import text as text_rules
 from tests.conftest import FIXTURES, scanned_with_meaning, write
 
 LOOM = [sys.executable, "-m", "loomcli"]
@@ -172,7 +172,7 @@ def test_the_script_guess_counts_characters_as_one_pattern_per_script_did(text):
 def test_similarities_in_integers_match_floats_and_never_overflow(dim):
     import numpy as np
 
-    from loomcli.semantic import _similarities
+    from loomcli.search.semantic import _similarities
 
     rng = np.random.default_rng(dim)
     vecs = rng.integers(-127, 128, size=(20000, dim), dtype=np.int8)
@@ -191,7 +191,7 @@ def test_similarities_in_integers_match_floats_and_never_overflow(dim):
 
 
 def test_minilm_has_its_own_floor_above_what_nonsense_reached():
-    from loomcli.retrieve import floor
+    from loomcli.search.retrieve import floor
 
     class Index:
         def __init__(self, model: str, n: int) -> None:

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomcli import scripts
+from loomcli.search import scripts
+from loomcli.search.text import SNIPPET_END, SNIPPET_START, snippet_of
 from loomcli.store import quote_fts
-from loomcli.text import SNIPPET_END, SNIPPET_START, snippet_of
 from tests.conftest import FIXTURES, write
 
 LOOM = [sys.executable, "-m", "loomcli"]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from loomcli import retrieve
-from loomcli.semantic import Passage
+from loomcli.search import retrieve
+from loomcli.search.semantic import Passage
 from tests.conftest import scanned_with_meaning, write
 
 LOOM = [sys.executable, "-m", "loomcli"]

@@ -73,7 +73,7 @@ def test_search_folds_diacritics_and_stems(store):
 def test_the_store_ranks_a_parsed_query_in_no_query_language(store):
     """The seam's BM25 takes words, an operator and a prefix flag (text.parse): another
     backend builds its own query from them; the parse is the same for every backend."""
-    from loomcli.text import Query, parse
+    from loomcli.search.text import Query, parse
 
     assert parse('madder "dyeing with" MAD', "OR") == Query(
         ("madder", "dyeing with", "MAD"), "OR", False, True)

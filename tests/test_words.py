@@ -13,7 +13,7 @@ import pytest
 import tomlkit
 
 from loomcli import config, console
-from loomcli.discover import DOCUMENTS
+from loomcli.extract import DOCUMENTS
 
 from .conftest import write
 from .test_cli_scan import LOOM, loom

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from loomcli.ask import tokens as tok
 from loomcli.errors import QueryError
-from loomcli.excerpt import SCAN_BYTES, Excerpter
-from loomcli.text import WORD
+from loomcli.search.excerpt import SCAN_BYTES, Excerpter
+from loomcli.search.text import WORD
 
 if TYPE_CHECKING:
     from loomcli.store.rows import Hit

@@ -265,7 +265,7 @@ class Session:
         read located in each file's text (byte offsets in `loom get` terms, PDF pages),
         so its quotes are checked as a plain ask's are."""
         from loomcli import ask
-        from loomcli.excerpt import SCAN_BYTES
+        from loomcli.search.excerpt import SCAN_BYTES
 
         by_path: dict[str, list[Returned]] = {}
         for r in returned:

@@ -31,6 +31,10 @@ class Extracted(Record):
         self.note = note
 
 
+# Documents: always indexed, extracted in worker processes. Extension -> kind.
+DOCUMENTS = {"pdf": "pdf", "html": "html", "htm": "html", "docx": "docx", "odt": "odt",
+             "pptx": "pptx", "epub": "epub"}
+
 # Image files: indexed through OCR, only when listed in `extensions`.
 IMAGES = frozenset({"png", "jpg", "jpeg", "tif", "tiff"})
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from loomcli.records import Record
-from loomcli.scripts import Lazy
+from loomcli.search.scripts import Lazy
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:

@@ -4,14 +4,14 @@
 the embeddings call. `store/sqlite.py` is its first implementation (one SQLite file, the
 embedded default); `store/postgres.py` the second. `open_store` (store/__init__.py) picks
 one from where the index is. A backend implements data access only: the text rules
-(words, stems, acronyms, snippets, query parsing) live in `loomcli/text.py`, and the
+(words, stems, acronyms, snippets, query parsing) live in `loomcli/search/text.py`, and the
 composition of a search (the `auto` and `fill` operators, snippets, hits) in
-`loomcli/retrieve.py` and `loomcli/hits.py`, the same for every backend.
+`loomcli/search/retrieve.py` and `loomcli/search/hits.py`, the same for every backend.
 
 Users import this module only under `TYPE_CHECKING` (start-up does not pay for
 `typing`); the records it speaks of (Root, FileRow, FileInfo, Hit) are in
-`store/rows.py`, the parsed query (`Query`) in `loomcli/text.py`, grep's required
-literals (`Need`) in `loomcli/trigrams.py`.
+`store/rows.py`, the parsed query (`Query`) in `loomcli/search/text.py`, grep's required
+literals (`Need`) in `loomcli/search/trigrams.py`.
 
 What changed from the old `Store` (store.py of 0.x, before this seam):
 - `rank(query, limit, among)`, `rank_passages(query, limit, among)` and
@@ -34,7 +34,7 @@ What changed from the old `Store` (store.py of 0.x, before this seam):
   `IndexStateError` line (was: `except sqlite3.DatabaseError: explain(...)` in
   operations.py).
 - Module names moved out of the store: `query_words`, `acronym`, `snippet_of`,
-  `snippet_at`, `plain_snippet`, `utf8_len`, `SNIPPET_START/END` -> `loomcli/text.py`
+  `snippet_at`, `plain_snippet`, `utf8_len`, `SNIPPET_START/END` -> `loomcli/search/text.py`
   (still re-exported by `loomcli.store` for old imports); `quote_fts(query, operator,
   prefix)` stays SQLite's (`store/sqlite.py`), built from `text.parse`.
 - `open_store(location, create=)` in `store/__init__.py` picks the backend from the
@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.extract import Extracted
+from loomcli.search.text import Query
 from loomcli.store.rows import FileInfo, FileRow, Root
-from loomcli.text import Query
 
 if TYPE_CHECKING:
-    from loomcli.trigrams import Need  # a type alias, for the type checker only
+    from loomcli.search.trigrams import Need  # a type alias, for the type checker only
 
 
 class BuilderTurns(Protocol):

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
-from loomcli import locks, scripts
 from loomcli.errors import IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
 from loomcli.migrations import (
@@ -31,16 +30,18 @@ from loomcli.migrations import (
     migrate,
     put_note,
 )
-from loomcli.store.common import Common
-from loomcli.store.rows import FileInfo, FileRow, Root
-from loomcli.text import Query, acronym, parse, utf8_len, words_apart
-from loomcli.trigrams import trigrams
+from loomcli.search import scripts
+from loomcli.search.text import Query, acronym, parse, utf8_len, words_apart
+from loomcli.search.trigrams import trigrams
+from loomcli.store import locks
+from loomcli.store.common import FILE_COLUMNS, Common
+from loomcli.store.rows import FileRow, Root
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
     from typing import Any
 
-    from loomcli.trigrams import Need
+    from loomcli.search.trigrams import Need
 
 AMONG_BY_ROWID = 20  # a search among at most this many files asks FTS5 for each (_among)
 
@@ -62,10 +63,6 @@ def explain(exc: sqlite3.Error, path: Path | None) -> IndexStateError:
                                "LOOM_HOME elsewhere")
     return IndexStateError(f"{where} cannot be used ({reason})",
                            "if this persists, rebuild it: loom scan --rebuild")
-
-
-_FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
-                 "indexed_at, error, skip, ocr")
 
 
 def quote_fts(query: str, operator: str = "AND", prefix: bool = False) -> str:
@@ -287,6 +284,9 @@ class Store(Common):
     def close(self) -> None:
         self.conn.close()
 
+    def _run(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
     def __enter__(self) -> Store:
         return self
 
@@ -335,12 +335,6 @@ class Store(Common):
 
     def still_open(self) -> bool:
         return True  # a replaced file is seen by its inode (operations._kept_store)
-
-    def roots(self) -> list[Root]:
-        if self._roots is None:
-            self._roots = [Root(*r) for r in self.conn.execute(
-                "SELECT id, path, name, prefix FROM roots ORDER BY id")]
-        return self._roots
 
     def ensure_root(self, path: Path) -> Root:
         """The root for `path`, added if new. Its prefix is fixed here, once: none for an
@@ -401,7 +395,7 @@ class Store(Common):
             if ".." in PurePosixPath(rel).parts:
                 continue
             row = self.conn.execute(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ? AND relpath = ? "
+                f"SELECT {FILE_COLUMNS} FROM files WHERE root_id = ? AND relpath = ? "
                 "AND indexed_at IS NOT NULL", (root_id, rel)).fetchone()
             if row:
                 return FileRow(*row)
@@ -409,18 +403,6 @@ class Store(Common):
                                 "see `loom files` for the indexed paths")
 
     # -- writing (the indexer's calls) ---------------------------------------------------
-
-    def file(self, file_id: int) -> FileRow:
-        row = self.conn.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE id = ?",
-                                (file_id,)).fetchone()
-        if row is None:
-            raise IndexMissingError(f"file #{file_id} is no longer in the index",
-                                    "it was removed by a scan; search again")
-        return FileRow(*row)
-
-    def files_under(self, root_id: int) -> dict[str, FileRow]:
-        return {row[2]: FileRow(*row) for row in self.conn.execute(
-            f"SELECT {_FILE_COLUMNS} FROM files WHERE root_id = ?", (root_id,))}
 
     def _fts_delete(self, file_id: int) -> None:
         """Take a file's old text out of both indexes (FTS5 wants the exact old values;
@@ -586,10 +568,6 @@ class Store(Common):
              file_id))
         self._insert_doc(file_id, doc)
 
-    def set_stat(self, file_id: int, size: int, mtime_ns: int) -> None:
-        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?",
-                          (size, mtime_ns, file_id))
-
     def record_failure(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
                        digest: bytes | None, error: str, file_id: int | None,
                        ocr: str | None = None) -> None:
@@ -620,14 +598,6 @@ class Store(Common):
                 "UPDATE files SET size = ?, mtime_ns = ?, hash = ?, error = NULL, skip = ?, "
                 "ocr = ? WHERE id = ?", (size, mtime_ns, digest, reason, ocr, file_id))
 
-    def problems(self, kind: str) -> list[tuple[str, str]]:
-        """(display path, reason) of the files that failed (`failed`) or were skipped
-        (`skipped`), in path order."""
-        column = {"failed": "error", "skipped": "skip"}[kind]
-        return [(self.display_path(r[0], r[1]), r[2]) for r in self.conn.execute(
-            f"SELECT root_id, relpath, {column} FROM files WHERE {column} IS NOT NULL "
-            "ORDER BY root_id, relpath")]
-
     def move(self, file_id: int, root_id: int, relpath: str, size: int, mtime_ns: int) -> None:
         self.conn.execute(
             "UPDATE files SET root_id = ?, relpath = ?, size = ?, mtime_ns = ? WHERE id = ?",
@@ -644,23 +614,10 @@ class Store(Common):
         self.conn.execute("DELETE FROM docs WHERE id = ?", (file_id,))
         self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
 
-    def remove_root(self, root_id: int) -> int:
-        ids = [r[0] for r in self.conn.execute("SELECT id FROM files WHERE root_id = ?",
-                                               (root_id,))]
-        for file_id in ids:
-            self.remove(file_id)
-        self.conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))
-        self._roots = None
-        return len(ids)
-
     def begin_scan(self, roots: list[str]) -> int:
         cur = self.conn.execute("INSERT INTO scans (started_at, roots) VALUES (?, ?)",
                                 (time.time(), json.dumps(roots)))
         return int(cur.lastrowid or 0)
-
-    def finish_scan(self, scan_id: int, report: dict[str, object]) -> None:
-        self.conn.execute("UPDATE scans SET finished_at = ?, report = ? WHERE id = ?",
-                          (time.time(), json.dumps(report), scan_id))
 
     def check(self) -> None:
         """Raise sqlite3.DatabaseError if the FTS index disagrees with the stored text."""
@@ -721,10 +678,6 @@ class Store(Common):
         """Files with vectors, by the model that made them."""
         return dict(self.conn.execute(
             "SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
-
-    def files_with_text(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM files WHERE indexed_at IS NOT NULL "
-                                     "AND content_len > 0").fetchone()[0])
 
     def vector_generation(self) -> tuple[float, int]:
         """Which vectors the index holds: its birth (when its first migration ran) and the
@@ -811,20 +764,6 @@ class Store(Common):
     def file_count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
 
-    def list_files(self) -> list[FileInfo]:
-        rows = self.conn.execute(
-            "SELECT f.id, f.root_id, f.relpath, f.title, f.kind, f.content_len, f.indexed_at "
-            "FROM files f WHERE f.indexed_at IS NOT NULL ORDER BY f.root_id, f.relpath"
-        ).fetchall()
-        return [FileInfo(self.display_path(r[1], r[2]), r[3], r[4], r[5], r[6], r[0])
-                for r in rows]
-
-    def paths(self) -> list[tuple[int, str]]:
-        """(file id, display path) of every indexed file, in path order."""
-        return [(r[0], self.display_path(r[1], r[2])) for r in self.conn.execute(
-            "SELECT id, root_id, relpath FROM files WHERE indexed_at IS NOT NULL "
-            "ORDER BY root_id, relpath")]
-
     def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None) -> bytes:
         """A byte range of a file's UTF-8 text. Incremental blob I/O reads only the pages
         that hold the range, so 20 bytes of a 200 MB text cost what 20 bytes cost."""
@@ -863,13 +802,6 @@ class Store(Common):
     def _drop_note(self, file_id: int) -> None:
         for table in ("notes", "tags", "links"):
             self.conn.execute(f"DELETE FROM {table} WHERE file_id = ?", (file_id,))
-
-    def body_start(self, file_id: int) -> tuple[int, int]:
-        """(byte, character) of a file's text where its body starts: after a Markdown
-        note's front matter, else (0, 0)."""
-        row = self.conn.execute("SELECT body_at, body_chars FROM notes WHERE file_id = ?",
-                                (file_id,)).fetchone()
-        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def tagged(self, tags: Sequence[str]) -> list[int]:
         """The files that have every one of `tags` (a tag also matches the tags nested
@@ -974,12 +906,6 @@ class Store(Common):
             for start, line, end in runs:
                 blob.seek(start)
                 yield start, line, blob.read((size if end is None else end) - start)
-
-    def failures(self, limit: int) -> list[dict[str, str]]:
-        """The files whose last extraction failed, with the reason, in path order."""
-        return [{"path": self.display_path(r[0], r[1]), "error": r[2]} for r in self.conn.execute(
-            "SELECT root_id, relpath, error FROM files WHERE error IS NOT NULL "
-            "ORDER BY root_id, relpath LIMIT ?", (limit,))]
 
     def status(self) -> dict[str, object]:
         c = self.conn

@@ -25,9 +25,9 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
-from loomcli.excerpt import excerpt
+from loomcli.search.excerpt import excerpt
+from loomcli.search.text import STOPWORDS, retrieval_query
 from loomcli.store import Store
-from loomcli.text import STOPWORDS, retrieval_query
 
 BUDGET, HEAD = 8000, 1200
 TEMPLATES = [

@@ -73,8 +73,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as in a loom process
 
-    from loomcli import retrieve, semantic
     from loomcli.operations import Corpus
+    from loomcli.search import retrieve, semantic
     from loomcli.store import Store
 
     corpus = Corpus.default()

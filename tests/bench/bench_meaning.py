@@ -90,11 +90,11 @@ def ranks_of(paths: list[str], targets: list[str]) -> int | None:
 def evaluate(work: Path) -> None:
     import numpy as np
 
-    from loomcli import semantic
     from loomcli.operations import Corpus
-    from loomcli.retrieve import rank_files
+    from loomcli.search import semantic
+    from loomcli.search.retrieve import rank_files
+    from loomcli.search.text import retrieval_query
     from loomcli.store import Store
-    from loomcli.text import retrieval_query
 
     questions = tomllib.loads((ROOT / "tests/bench/eval/questions.toml").read_text())["q"]
     corpus = Corpus.default()

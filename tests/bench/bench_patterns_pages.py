@@ -11,7 +11,7 @@ import sys
 
 PATTERN = r"""
 import resource, time
-from loomcli import grep
+from loomcli.search import grep
 t = time.perf_counter()
 try:
     grep.build(r"\w{1000}\w{1000}\w{1000}"); r = "compiled"

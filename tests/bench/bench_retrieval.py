@@ -111,8 +111,8 @@ def old_hybrid(store, index, vector, query):
     """The recipe before this change (semantic.py and operations.py at 4911dda)."""
     import numpy as np
 
-    from loomcli import retrieve
-    from loomcli.text import retrieval_query
+    from loomcli.search import retrieve
+    from loomcli.search.text import retrieval_query
 
     sims = index.similarities(vector)
     take = min(len(sims), 2000)
@@ -186,7 +186,7 @@ def root_paths(store):
 def floor_report(label, sets, index, vectors, paths, embedder, among=None):
     """Where a model's similarity floor falls: the best passage of nonsense queries, of
     each question's target files, and how many questions the floor would lose."""
-    from loomcli import retrieve
+    from loomcli.search import retrieve
 
     best_target = []
     for qs in sets.values():
@@ -246,8 +246,8 @@ def main() -> None:
             build(args.minilm, args.build, "minilm")
     os.environ["LOOM_CONFIG"] = str(args.work / "meaning.toml")
 
-    from loomcli import retrieve, semantic
     from loomcli.operations import Corpus
+    from loomcli.search import retrieve, semantic
     from loomcli.store import Store
 
     corpus = Corpus.default()

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from loomcli.grep import compile_pattern, search_text
+from loomcli.search.grep import compile_pattern, search_text
 
 LITERALS = ["IRQF_ONESHOT", "watchdog", "memory barrier", "kmalloc("]
 

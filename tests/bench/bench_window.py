@@ -110,8 +110,8 @@ def near_copies(rng: random.Random) -> None:
     `_sources/*.rst.txt`; kernel docs: each HTML page and its .rst source) vs different
     documents (pairs of neighbours in the same folder), on the excerpt loom would send."""
     from loomcli.ask.assemble import NEAR_COPY, shingles
-    from loomcli.excerpt import excerpt
     from loomcli.extract.documents import html_text
+    from loomcli.search.excerpt import excerpt
 
     def overlap(a: str, b: str) -> float:
         sa, sb = shingles(a), shingles(b)

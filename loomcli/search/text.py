@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from loomcli import scripts
 from loomcli.records import Record
+from loomcli.search import scripts
 
 WORD = re.compile(r"\w+")  # a word, as every rule here splits text
 STEM_CHARS = 6  # crude stemming: a word matches words that start with its first 6 letters

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from loomcli.search.text import SNIPPET_SCAN_BYTES, query_words, snippet_at, utf8_len
 from loomcli.store.rows import Hit
-from loomcli.text import SNIPPET_SCAN_BYTES, query_words, snippet_at, utf8_len
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from loomcli.errors import QueryError
 from loomcli.records import Record
-from loomcli.trigrams import required
+from loomcli.search.trigrams import required
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
@@ -565,7 +565,7 @@ def selected(store: Store, *, path: str | None = None, globs: Sequence[str] = ()
     and types select, those `within`."""
     glob_patterns: list[Any] = []
     if globs:
-        from loomcli import ignore  # only with --glob
+        from loomcli.index import ignore  # only with --glob
 
         glob_patterns = ignore.parse_lines(globs, source="--glob")
     wanted, unwanted = type_endings(types), type_endings(types_not)

@@ -18,7 +18,7 @@ import re
 from bisect import bisect_left, bisect_right
 
 from loomcli.records import Record
-from loomcli.text import terms
+from loomcli.search.text import terms
 
 MARK = "\n[...]\n"
 TERM_CAP = 3  # one term counts at most this many times in a window

@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from loomcli.records import Record
-from loomcli.text import (
+from loomcli.search.text import (
     STOPWORDS,
     identifiers,
     language,

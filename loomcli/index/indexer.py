@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from loomcli import discover, grep_index
 from loomcli.config import Config
 from loomcli.errors import ExtractionError, NoTextError, RootError
 from loomcli.extract import ACCESS_ERROR, Extracted, open_regular_file, read_regular_file
 from loomcli.extract.text import extract_note
+from loomcli.index import discover, grep_index
 from loomcli.store.rows import FileRow, Root
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)

@@ -13,9 +13,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from loomcli import ignore
 from loomcli.errors import IgnorePatternError, RootError
-from loomcli.extract import IMAGES
+from loomcli.extract import DOCUMENTS, IMAGES
+from loomcli.index import ignore
 from loomcli.records import Record
 
 IGNORE_FILE = ".loomignore"
@@ -49,11 +49,6 @@ class Discovery:
         self.unreadable_files: list[tuple[str, str]] = []
         # Names that are not valid UTF-8 (shown with U+FFFD): cannot be stored or shown.
         self.bad_names: list[str] = []
-
-
-# Documents: always indexed, extracted in worker processes. Extension -> kind.
-DOCUMENTS = {"pdf": "pdf", "html": "html", "htm": "html", "docx": "docx", "odt": "odt",
-             "pptx": "pptx", "epub": "epub"}
 
 
 def kind_of(name: str, extensions: frozenset[str]) -> str | None:

@@ -4,7 +4,7 @@ FTS5's trigram tokenizer costs about 75 ns a character: on the kernel docs (29 M
 text) it doubled the first scan. So a scan stores the text and its BM25 index, names the
 new texts in `grams_todo`, and fills grep's index itself only when they are few
 (INLINE_BYTES: a watch step, a day's notes). A larger batch goes to a process of its own
-(`python -m loomcli.grep_index`, on a second core) and the scan returns with the text
+(`python -m loomcli.index.grep_index`, on a second core) and the scan returns with the text
 searchable. Until a text is in the index, grep reads it whole (Store.candidates), so its
 answers never change, only their speed.
 
@@ -72,7 +72,7 @@ def start(location: str, lock_fd: int) -> None:
     try:
         # -P: not the working folder first on sys.path (a checkout of another loom there
         # would be the one imported).
-        subprocess.Popen([sys.executable, "-P", "-m", "loomcli.grep_index",
+        subprocess.Popen([sys.executable, "-P", "-m", "loomcli.index.grep_index",
                           location, str(lock_fd)], pass_fds=(lock_fd,),
                          start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
