@@ -301,3 +301,60 @@ def test_an_empty_or_foreign_database_is_told_apart(pg_url, pg_server) -> None:
     with psycopg.connect(other, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
                             ).fetchone()[0] == 1  # left alone
+
+
+def _postings_indexes(url: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'fts_terms'")}
+
+
+def test_a_first_scan_makes_the_postings_indexes_once_and_a_dead_one_is_mended(
+        tmp_path, pg_url, data) -> None:
+    """A first scan writes its postings without their indexes and makes them at its end
+    (kept up row by row, they were most of the server's work). A scan that died in
+    between leaves them missing: searches still answer the same, and the next scan
+    makes them."""
+    from loomcli import config as config_mod
+    from loomcli.indexer import Indexer
+    from loomcli.store import open_store
+    from loomcli.text import parse
+
+    wanted = {"fts_terms_term", "fts_terms_doc"}
+    lite = open_store(tmp_path / "index.db", create=True)
+    Indexer(lite, config_mod.load()).scan(list(data))
+    store = open_store(pg_url, create=True)
+    with store.transaction():
+        store.begin_scan([str(d) for d in data])  # a scan that dies right after
+    assert _postings_indexes(pg_url) & wanted == set()
+    Indexer(store, config_mod.load()).scan(list(data[:1]))  # no longer a first scan...
+    store.close()
+    assert _postings_indexes(pg_url) >= wanted  # ...but it mends the dead one's work
+    store = open_store(pg_url)
+    with store.transaction():
+        store.begin_scan([])
+    assert _postings_indexes(pg_url) >= wanted  # postings exist: nothing is dropped
+    store.close()
+
+    other = pg_url.rsplit("/", 1)[0] + "/postgres"
+    import psycopg
+
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS loom_first_scan")
+        conn.execute("CREATE DATABASE loom_first_scan")
+    first = pg_url.rsplit("/", 1)[0] + "/loom_first_scan"
+    store = open_store(first, create=True)
+    with store.transaction():
+        store.begin_scan([])
+    assert _postings_indexes(first) & wanted == set()
+    Indexer(store, config_mod.load()).scan(list(data))  # a first scan, after a dead one
+    assert _postings_indexes(first) >= wanted
+    for words in ("loom", "sourdough bread", "idea"):
+        query = parse(words, "OR")
+        got, expected = _by_path(store, store.rank(query, 50)), _by_path(lite, lite.rank(query, 50))
+        assert [f for f, _ in got] == [f for f, _ in expected] and got
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
+    store.close()
+    lite.close()
