@@ -358,3 +358,46 @@ def test_a_first_scan_makes_the_postings_indexes_once_and_a_dead_one_is_mended(
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
     store.close()
     lite.close()
+
+
+class _Counting:
+    """A psycopg connection that counts the statements sent through it (execute, and
+    each cursor: a COPY or an executemany)."""
+
+    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
+        self.conn, self.sent = conn, 0
+
+    def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        return self.conn.execute(*args, **kwargs)
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        return self.conn.cursor(*args, **kwargs)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.conn, name)
+
+
+def test_a_scan_sends_one_statement_per_new_file(tmp_path, pg_url) -> None:
+    """A new note's rows (text, postings, note, tags, links) go in COPYs shared by many
+    files: the scan's round trips per file are its `files` row alone (each was one more
+    for the note, and one per tag list and link list)."""
+    from loomcli import config as config_mod
+    from loomcli.indexer import Indexer
+    from loomcli.store import open_store
+
+    for n in range(60):
+        write(tmp_path / "d" / f"n{n}.md", f"---\ntags: [t{n % 3}, common]\n---\n# Note {n}\n"
+              f"see [[n{(n + 1) % 60}]] and [[n{(n + 2) % 60}]]\n")
+    store = open_store(pg_url, create=True)
+    counting = _Counting(store.pg)
+    store.pg = counting
+    Indexer(store, config_mod.load()).scan([tmp_path / "d"])
+    assert counting.sent < 60 * 1.2 + 40, counting.sent
+    store.pg = counting.conn
+    assert len(store.tagged(["common"])) == 60
+    assert store.links_of(store.resolve("n5.md").id)[0][0] == "n6"
+    assert sorted(store.backlinks([store.resolve("n5.md").id])[store.resolve("n5.md").id]) \
+        == sorted([store.resolve("n4.md").id, store.resolve("n3.md").id])
+    store.close()

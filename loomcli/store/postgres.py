@@ -515,7 +515,10 @@ class PostgresStore(Common):
         """Send the buffered rows (see _index): texts, their blocks, postings."""
         columns = {"fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
                    "fts_len": "doc, file_id, lens, total", "chunk_len": "doc, file_id, lens, total",
-                   "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body"}
+                   "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body",
+                   "notes": "file_id, name, body_at, body_chars, fields",
+                   "tags": "file_id, tag",
+                   "links": "file_id, n, target, name, heading, alias, line"}
         if not self._pending:
             return
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
@@ -540,21 +543,16 @@ class PostgresStore(Common):
         if meta is not None and meta.body_start and body is not None:
             chars = meta.body_start
             at = len(body[:chars].encode("utf-8"))
-        self._q("INSERT INTO notes (file_id, name, body_at, body_chars, fields) VALUES "
-                "(%s, %s, %s, %s, %s)", (file_id, markdown.name_key(relpath), at, chars,
-                                         meta.fields() if meta else ""))
+        # Sent with the postings (_flush): a statement per file was a round trip each.
+        self._pending.setdefault("notes", []).append(
+            (file_id, markdown.name_key(relpath), at, chars, meta.fields() if meta else ""))
         if meta is None:
             return
-        with self.pg.cursor() as cur:
-            if meta.tags:
-                cur.executemany("INSERT INTO tags (file_id, tag) VALUES (%s, %s)",
-                                [(file_id, tag) for tag in dict.fromkeys(meta.tags)])
-            if meta.links:
-                cur.executemany(
-                    "INSERT INTO links (file_id, n, target, name, heading, alias, line) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(file_id, n, link.target, markdown.name_key(link.target), link.heading,
-                      link.alias, link.line) for n, link in enumerate(meta.links)])
+        self._pending.setdefault("tags", []).extend(
+            (file_id, tag) for tag in dict.fromkeys(meta.tags))
+        self._pending.setdefault("links", []).extend(
+            (file_id, n, link.target, markdown.name_key(link.target), link.heading,
+             link.alias, link.line) for n, link in enumerate(meta.links))
 
     def _drop_text(self, file_id: int) -> None:
         self._flush()
@@ -614,6 +612,7 @@ class PostgresStore(Common):
     def move(self, file_id: int, root_id: int, relpath: str, size: int, mtime_ns: int) -> None:
         from loomcli.extract import markdown
 
+        self._flush()
         self._q("UPDATE files SET root_id = %s, relpath = %s, size = %s, mtime_ns = %s "
                 "WHERE id = %s", (root_id, relpath, size, mtime_ns, file_id))
         self._q("UPDATE notes SET name = %s WHERE file_id = %s",
@@ -822,11 +821,13 @@ class PostgresStore(Common):
     # -- notes -------------------------------------------------------------------------------
 
     def body_start(self, file_id: int) -> tuple[int, int]:
+        self._flush()
         row = self._q("SELECT body_at, body_chars FROM notes WHERE file_id = %s",
                       (file_id,)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def tagged(self, tags: Sequence[str]) -> list[int]:
+        self._flush()
         ids: set[int] | None = None
         for tag in tags:
             t = tag.strip().lstrip("#").strip("/").lower()
@@ -837,6 +838,7 @@ class PostgresStore(Common):
         return sorted(ids or ())
 
     def tags_of(self, file_id: int) -> list[str]:
+        self._flush()
         return [r[0] for r in self._q(
             "SELECT tag FROM tags WHERE file_id = %s ORDER BY tag", (file_id,))]
 
@@ -846,6 +848,7 @@ class PostgresStore(Common):
         key = markdown.link_key(target)
         if not key:
             return None
+        self._flush()
         rows = self._q(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f "
             "ON f.id = n.file_id WHERE n.name = %s AND f.indexed_at IS NOT NULL",
@@ -854,11 +857,13 @@ class PostgresStore(Common):
                                         for fid, root_id, rel in rows))
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
+        self._flush()
         return [(r[0], r[1], r[2], r[3]) for r in self._q(
             "SELECT target, heading, alias, line FROM links WHERE file_id = %s ORDER BY n",
             (file_id,))]
 
     def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
+        self._flush()
         out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
         names = dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
                              (list(file_ids),)).fetchall())
@@ -987,6 +992,7 @@ class PostgresStore(Common):
             "ORDER BY root_id, relpath")]
 
     def hits_for(self, file_ids: list[int]) -> dict[int, tuple[str, str, int, int]]:
+        self._flush()
         out = {}
         for fid, root_id, rel, title, n, body_at in self._q(
                 "SELECT f.id, f.root_id, f.relpath, f.title, f.content_len, "
