@@ -61,6 +61,7 @@ READ_BYTES = 8 << 20  # text grep reads in one statement (iter_texts)
 READ_FILES = 500
 FLUSH_ROWS = 100_000  # rows buffered before they are sent (about 20 MB)
 FLUSH_BYTES = 16 << 20  # characters of text buffered before they are sent
+ID_BLOCK = 256  # file ids a scan takes from the sequence at once (add_file)
 POSTINGS_INDEXES = {"fts_terms_term": "fts_terms (term, doc)",  # as in SCHEMA
                     "fts_terms_doc": "fts_terms (doc)"}
 
@@ -231,6 +232,8 @@ class PostgresStore(Common):
         self._pending: dict[str, list[tuple[Any, ...]]] = {}  # rows not sent yet
         self._pending_bytes = 0  # characters of text among them
         self._bulk = False  # this scan dropped the postings' indexes (begin_scan)
+        self._ids: list[int] = []  # file ids taken from the sequence, not used yet
+        self._locked = False  # this store holds the write lock (write_lock)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -277,6 +280,8 @@ class PostgresStore(Common):
         return self
 
     def _q(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        if self._pending:  # every statement sees the rows buffered before it
+            self._flush()
         return self.pg.execute(sql, params)
 
     @property
@@ -328,9 +333,11 @@ class PostgresStore(Common):
                 on_wait(f"another loom scan is writing to {self.shown}; waiting for it "
                         "to finish…")
             self._q("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
+        self._locked = True
         try:
             yield
         finally:
+            self._locked = False
             self._q("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
 
     def building(self) -> bool:
@@ -456,7 +463,20 @@ class PostgresStore(Common):
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
                  digest: bytes, doc: Extracted, ocr: str | None = None) -> int:
         """A new file's row and text. Two scanners adding the same file: the second
-        takes over the row (one row per path, never two)."""
+        takes over the row (one row per path, never two). Under the write lock (a scan)
+        no other writer adds one: the row is sent with the text's, in a COPY (an INSERT
+        per file was a round trip each), its id taken from the sequence beforehand."""
+        if self._locked:
+            if not self._ids:
+                self._ids = [r[0] for r in self._q(
+                    "SELECT nextval(pg_get_serial_sequence('files', 'id')) "
+                    "FROM generate_series(1, %s)", (ID_BLOCK,))][::-1]
+            file_id = self._ids.pop()
+            self._pending.setdefault("files", []).append(
+                (file_id, root_id, relpath, kind, size, mtime_ns, digest, doc.title,
+                 utf8_len(doc.text), time.time(), ocr))
+            self._insert_doc(file_id, doc, relpath)
+            return file_id
         row = self._q(
             "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, title, "
             "content_len, indexed_at, ocr) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
@@ -513,7 +533,9 @@ class PostgresStore(Common):
 
     def _flush(self) -> None:
         """Send the buffered rows (see _index): texts, their blocks, postings."""
-        columns = {"fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
+        columns = {"files": "id, root_id, relpath, kind, size, mtime_ns, hash, title, "
+                            "content_len, indexed_at, ocr",  # first: the others refer to it
+                   "fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
                    "fts_len": "doc, file_id, lens, total", "chunk_len": "doc, file_id, lens, total",
                    "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body",
                    "notes": "file_id, name, body_at, body_chars, fields",
@@ -522,6 +544,8 @@ class PostgresStore(Common):
         if not self._pending:
             return
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
+        if "files" in pending:
+            pending = {"files": pending.pop("files"), **pending}
         for table, rows in pending.items():
             with self.pg.cursor() as cur, cur.copy(
                     f"COPY {table} ({columns[table]}) FROM STDIN") as copy:
@@ -612,7 +636,6 @@ class PostgresStore(Common):
     def move(self, file_id: int, root_id: int, relpath: str, size: int, mtime_ns: int) -> None:
         from loomcli.extract import markdown
 
-        self._flush()
         self._q("UPDATE files SET root_id = %s, relpath = %s, size = %s, mtime_ns = %s "
                 "WHERE id = %s", (root_id, relpath, size, mtime_ns, file_id))
         self._q("UPDATE notes SET name = %s WHERE file_id = %s",
@@ -821,13 +844,11 @@ class PostgresStore(Common):
     # -- notes -------------------------------------------------------------------------------
 
     def body_start(self, file_id: int) -> tuple[int, int]:
-        self._flush()
         row = self._q("SELECT body_at, body_chars FROM notes WHERE file_id = %s",
                       (file_id,)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def tagged(self, tags: Sequence[str]) -> list[int]:
-        self._flush()
         ids: set[int] | None = None
         for tag in tags:
             t = tag.strip().lstrip("#").strip("/").lower()
@@ -838,7 +859,6 @@ class PostgresStore(Common):
         return sorted(ids or ())
 
     def tags_of(self, file_id: int) -> list[str]:
-        self._flush()
         return [r[0] for r in self._q(
             "SELECT tag FROM tags WHERE file_id = %s ORDER BY tag", (file_id,))]
 
@@ -848,7 +868,6 @@ class PostgresStore(Common):
         key = markdown.link_key(target)
         if not key:
             return None
-        self._flush()
         rows = self._q(
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f "
             "ON f.id = n.file_id WHERE n.name = %s AND f.indexed_at IS NOT NULL",
@@ -857,13 +876,11 @@ class PostgresStore(Common):
                                         for fid, root_id, rel in rows))
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
-        self._flush()
         return [(r[0], r[1], r[2], r[3]) for r in self._q(
             "SELECT target, heading, alias, line FROM links WHERE file_id = %s ORDER BY n",
             (file_id,))]
 
     def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
-        self._flush()
         out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
         names = dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
                              (list(file_ids),)).fetchall())
@@ -992,7 +1009,6 @@ class PostgresStore(Common):
             "ORDER BY root_id, relpath")]
 
     def hits_for(self, file_ids: list[int]) -> dict[int, tuple[str, str, int, int]]:
-        self._flush()
         out = {}
         for fid, root_id, rel, title, n, body_at in self._q(
                 "SELECT f.id, f.root_id, f.relpath, f.title, f.content_len, "
