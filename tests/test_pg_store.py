@@ -401,3 +401,34 @@ def test_a_scans_statements_do_not_grow_with_its_new_files(tmp_path, pg_url) -> 
     assert sorted(store.backlinks([store.resolve("n5.md").id])[store.resolve("n5.md").id]) \
         == sorted([store.resolve("n4.md").id, store.resolve("n3.md").id])
     store.close()
+
+
+def test_a_bm25_ranking_is_one_statement(tmp_path, pg_url, data) -> None:
+    """Every phrase of a query, the lengths of the documents holding them and the table's
+    totals come in one statement (a cold search sent one per phrase, one for the totals
+    and one for the lengths, for each of its rankings); the scores stay FTS5's."""
+    from loomcli.text import parse
+
+    stores = _stores(tmp_path, pg_url, *data)
+    pg = stores["postgresql"]
+    pg.close()
+    from loomcli.store import open_store
+
+    pg = open_store(pg_url)
+    counting = _Counting(pg.pg)
+    pg.pg = counting
+    for words, operator, prefix in (("loom idea", "OR", False), ('"sourdough bread" loom',
+                                    "OR", False), ("loom wor", "AND", True)):
+        query = parse(words, operator, prefix)
+        before = counting.sent
+        ranked = pg.rank(query, 50)
+        assert counting.sent - before == 1, words
+        got = _by_path(pg, ranked)
+        before = counting.sent
+        assert pg.frequency(query, 50) == stores["sqlite"].frequency(query, 50)
+        assert counting.sent - before == 1, words
+        expected = _by_path(stores["sqlite"], stores["sqlite"].rank(query, 50))
+        assert [f for f, _ in got] == [f for f, _ in expected] and got, words
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
+    pg.pg = counting.conn
+    pg.close()

@@ -909,36 +909,64 @@ class PostgresStore(Common):
             self._stats[table] = (int(n), int(total))
         return self._stats[table]
 
-    def _phrase_hits(self, table: str, phrase: bm.Phrase, columns: tuple[str, ...],
-                     weights: tuple[float, ...]) -> dict[int, float]:
-        """A phrase's weighted frequency in each document that holds it."""
-        self._flush()
-        tokens = bm.words().tokens(phrase.text)
-        if not tokens:
-            return {}
-        cols = list(range(len(columns))) if phrase.column is None else \
-            [columns.index(phrase.column)] if phrase.column in columns else []
-        conds, params = [], []
-        for i, token in enumerate(tokens):
-            if phrase.prefix and i == len(tokens) - 1:
-                conds.append("(term >= %s AND term < %s)")
-                params += [token, token + "\U0010ffff"]
-            else:
-                conds.append("term = %s")
-                params.append(token)
-        out: dict[int, float] = {}
-        if len(tokens) == 1:
-            for doc, col, tf in self._q(
-                    f"SELECT doc, col, tf FROM {table}_terms WHERE {conds[0]} "
-                    "AND col = ANY(%s)", [*params, cols]):
-                out[doc] = out.get(doc, 0.0) + weights[col] * tf
-            return out
-        rows = self._q(
-            f"SELECT doc, col, term, pos FROM {table}_terms WHERE ({' OR '.join(conds)}) "
-            "AND col = ANY(%s)", [*params, cols]).fetchall()
-        for (doc, col), n in bm.phrase_hits(rows, tokens, phrase.prefix).items():
-            out[doc] = out.get(doc, 0.0) + weights[col] * n
-        return out
+    def _hits(self, table: str, order: list[bm.Phrase], columns: tuple[str, ...],
+              weights: tuple[float, ...], lengths: bool = True
+              ) -> tuple[dict[int, dict[int, float]], dict[int, int]]:
+        """Each phrase's weighted frequency in each document that holds it (by its place
+        in `order`), and those documents' lengths: one statement for every phrase of a
+        query, their lengths and, once, the table's totals (a statement each was a round
+        trip each: a dozen for a cold search)."""
+        tokens = [bm.words().tokens(p.text) for p in order]
+        exact = sorted({t for p, ts in zip(order, tokens, strict=True)
+                        for i, t in enumerate(ts) if not (p.prefix and i == len(ts) - 1)})
+        starts = sorted({ts[-1] for p, ts in zip(order, tokens, strict=True)
+                         if p.prefix and ts})
+        found: dict[int, dict[int, float]] = {i: {} for i in range(len(order))}
+        if not exact and not starts:
+            return found, {}
+        conds: list[str] = ["t.term = ANY(%s)"]
+        params: list[Any] = [exact]
+        for token in starts:
+            conds.append("(t.term >= %s AND t.term < %s)")
+            params += [token, token + "\U0010ffff"]
+        positions = "t.pos" if any(len(ts) > 1 for ts in tokens) else "NULL"
+        totals = lengths and (table not in self._stats or self.in_transaction)
+        sql = ("SELECT " + ("n.docs, n.tokens, " if totals else "")
+               + f"t.term, t.doc, t.col, t.tf, {positions}, "
+               + (f"l.total FROM {table}_terms t LEFT JOIN {table}_len l ON l.doc = t.doc"
+                  if lengths else f"NULL FROM {table}_terms t")
+               + (" CROSS JOIN (SELECT count(*) AS docs, coalesce(sum(total), 0) AS tokens "
+                  f"FROM {table}_len) n" if totals else "")
+               + f" WHERE {' OR '.join(conds)}")
+        rows = self._q(sql, params).fetchall()
+        if totals and rows:
+            self._stats[table] = (int(rows[0][0]), int(rows[0][1]))
+        if totals:
+            rows = [r[2:] for r in rows]
+        size = {doc: int(total) for _, doc, _, _, _, total in rows if total is not None}
+        for i, (phrase, toks) in enumerate(zip(order, tokens, strict=True)):
+            if not toks:
+                continue
+            cols = set(range(len(columns))) if phrase.column is None else \
+                {columns.index(phrase.column)} if phrase.column in columns else set()
+            last = toks[-1] if phrase.prefix else None
+            wanted = set(toks) if last is None else set(toks[:-1])
+
+            def ours(term: str, wanted: set[str] = wanted, last: str | None = last) -> bool:
+                return term in wanted or (last is not None
+                                          and last <= term < last + "\U0010ffff")
+
+            mine = [r for r in rows if r[2] in cols and ours(r[0])]
+            out = found[i]
+            if len(toks) == 1:
+                for _, doc, col, tf, _, _ in mine:
+                    out[doc] = out.get(doc, 0.0) + weights[col] * tf
+                continue
+            hits = bm.phrase_hits([(doc, col, term, pos) for term, doc, col, _, pos, _ in mine],
+                                  toks, phrase.prefix)
+            for (doc, col), n in hits.items():
+                out[doc] = out.get(doc, 0.0) + weights[col] * n
+        return found, size
 
     def _bm25(self, table: str, match: str, columns: tuple[str, ...],
               weights: tuple[float, ...], among: Sequence[int] | None,
@@ -948,7 +976,7 @@ class PostgresStore(Common):
         if tree is None:
             return {}
         order = bm.phrases(tree)
-        found = {i: self._phrase_hits(table, p, columns, weights) for i, p in enumerate(order)}
+        found, lengths = self._hits(table, order, columns, weights)
         docs = bm.matching(tree, found, order)
         if among is not None:
             allowed = set(among)
@@ -957,8 +985,6 @@ class PostgresStore(Common):
             return {}
         rows, tokens = self._totals(table)
         avgdl = tokens / rows if rows else 1.0
-        lengths = dict(self._q(f"SELECT doc, total FROM {table}_len WHERE doc = ANY(%s)",
-                               (list(docs),)).fetchall())
         idfs = [bm.idf(rows, len(found[i])) for i in range(len(order))]
         scores = {}
         for doc in docs:
@@ -988,8 +1014,8 @@ class PostgresStore(Common):
         if tree is None:
             return 0
         order = bm.phrases(tree)
-        found = {i: self._phrase_hits("fts", p, ("title", "body", "grams"), FILE_WEIGHTS)
-                 for i, p in enumerate(order)}
+        found, _ = self._hits("fts", order, ("title", "body", "grams"), FILE_WEIGHTS,
+                              lengths=False)
         return min(cap, len(bm.matching(tree, found, order)))
 
     def file_count(self) -> int:
