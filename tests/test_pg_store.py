@@ -395,6 +395,11 @@ def test_a_scans_statements_do_not_grow_with_its_new_files(tmp_path, pg_url) -> 
     store.pg = counting
     Indexer(store, config_mod.load()).scan([tmp_path / "d"])
     assert counting.sent < 60, counting.sent
+    ids = [store.resolve(f"n{n}.md").id for n in (5, 6, 7)]
+    before = counting.sent
+    linked = store.backlinks(ids)  # the names in one statement, then each target's file
+    assert counting.sent - before <= 2 + 3, counting.sent - before
+    assert sorted(linked[ids[0]]) == sorted(store.resolve(f"n{n}.md").id for n in (3, 4))
     store.pg = counting.conn
     assert len(store.tagged(["common"])) == 120
     assert store.links_of(store.resolve("n5.md").id)[0][0] == "n6"

@@ -885,17 +885,17 @@ class PostgresStore(Common):
         names = dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
                              (list(file_ids),)).fetchall())
         resolved: dict[str, int | None] = {}
-        for name in set(names.values()):
-            for source, target, line in self._q(
-                    "SELECT l.file_id, l.target, min(l.line) FROM links l JOIN files f "
-                    "ON f.id = l.file_id WHERE l.name = %s AND f.indexed_at IS NOT NULL "
-                    "GROUP BY l.file_id, l.target", (name,)):
-                if target not in resolved:
-                    resolved[target] = self.resolve_link(target)
-                fid = resolved[target]
-                if fid in out and fid != source:
-                    known = out[fid].get(source)
-                    out[fid][source] = line if known is None else min(known, line)
+        for source, target, line in self._q(  # one statement for every name
+                "SELECT l.file_id, l.target, min(l.line) FROM links l JOIN files f "
+                "ON f.id = l.file_id WHERE l.name = ANY(%s) AND f.indexed_at IS NOT NULL "
+                "GROUP BY l.file_id, l.target ORDER BY l.file_id, l.target",
+                (sorted(set(names.values())),)):
+            if target not in resolved:
+                resolved[target] = self.resolve_link(target)
+            fid = resolved[target]
+            if fid in out and fid != source:
+                known = out[fid].get(source)
+                out[fid][source] = line if known is None else min(known, line)
         return out
 
     # -- BM25 (postgres_words.py) ------------------------------------------------------------
