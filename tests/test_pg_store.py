@@ -437,3 +437,34 @@ def test_a_bm25_ranking_is_one_statement(tmp_path, pg_url, data) -> None:
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
     pg.pg = counting.conn
     pg.close()
+
+
+def test_an_index_made_before_positions_were_text_is_upgraded_in_place(
+        tmp_path, pg_url, data) -> None:
+    """Positions are stored as text ('1,5,9': an integer[] spent 24 bytes of header on a
+    row); an index whose positions are still arrays is converted when opened, and its
+    phrase queries score as FTS5's."""
+    import psycopg
+
+    from loomcli.store import open_store
+    from loomcli.text import parse
+
+    stores = _stores(tmp_path, pg_url, *data)
+    stores["postgresql"].close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for table in ("fts_terms", "chunk_terms"):  # as an older loom left it
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN pos TYPE integer[] "
+                         "USING string_to_array(pos, ',')::integer[]")
+        conn.execute("DELETE FROM migrations WHERE name = '003_positions_as_text'")
+    pg = open_store(pg_url)
+    with psycopg.connect(pg_url) as conn:
+        kinds = {r[0] for r in conn.execute(
+            "SELECT data_type FROM information_schema.columns WHERE column_name = 'pos'")}
+    assert kinds == {"text"}
+    for words in ('"sourdough bread"', '"loom workshop" idea', "loom"):
+        query = parse(words, "OR")
+        got = _by_path(pg, pg.rank(query, 50))
+        expected = _by_path(stores["sqlite"], stores["sqlite"].rank(query, 50))
+        assert [f for f, _ in got] == [f for f, _ in expected] and got, words
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
+    pg.close()
