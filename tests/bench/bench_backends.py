@@ -114,7 +114,8 @@ def print_sizes(url: str) -> None:
         rows = conn.execute(
             "SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND "
-            "n.nspname = current_schema() ORDER BY pg_total_relation_size(c.oid) DESC").fetchall()
+            "n.nspname = current_schema() ORDER BY pg_total_relation_size(c.oid) DESC"
+        ).fetchall()
     print(f"\n{'PostgreSQL table':16}{'table MB':>10}{'indexes MB':>12}")
     for name, table, indexes in rows:
         if table + indexes >= 1 << 20:
