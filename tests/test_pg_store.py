@@ -439,11 +439,11 @@ def test_a_bm25_ranking_is_one_statement(tmp_path, pg_url, data) -> None:
     pg.close()
 
 
-def test_an_index_made_before_positions_were_text_is_upgraded_in_place(
+def test_an_index_with_the_older_postings_is_made_compact_in_place(
         tmp_path, pg_url, data) -> None:
     """Positions are stored as text ('1,5,9': an integer[] spent 24 bytes of header on a
-    row); an index whose positions are still arrays is converted when opened, and its
-    phrase queries score as FTS5's."""
+    row) and the term index is on the term alone (deduplicated); an index made before is
+    converted when opened, and its phrase queries score as FTS5's."""
     import psycopg
 
     from loomcli.store import open_store
@@ -455,12 +455,19 @@ def test_an_index_made_before_positions_were_text_is_upgraded_in_place(
         for table in ("fts_terms", "chunk_terms"):  # as an older loom left it
             conn.execute(f"ALTER TABLE {table} ALTER COLUMN pos TYPE integer[] "
                          "USING string_to_array(pos, ',')::integer[]")
-        conn.execute("DELETE FROM migrations WHERE name = '003_positions_as_text'")
+            conn.execute(f"DROP INDEX {table}_term")
+            conn.execute(f"CREATE INDEX {table}_term ON {table} (term, doc)")
+        conn.execute("DELETE FROM migrations WHERE name = '003_compact_postings'")
     pg = open_store(pg_url)
     with psycopg.connect(pg_url) as conn:
         kinds = {r[0] for r in conn.execute(
             "SELECT data_type FROM information_schema.columns WHERE column_name = 'pos'")}
     assert kinds == {"text"}
+    with psycopg.connect(pg_url) as conn:
+        made = {r[0] for r in conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname LIKE '%_terms_term'")}
+    assert made == {"CREATE INDEX fts_terms_term ON public.fts_terms USING btree (term)",
+                    "CREATE INDEX chunk_terms_term ON public.chunk_terms USING btree (term)"}
     for words in ('"sourdough bread"', '"loom workshop" idea', "loom"):
         query = parse(words, "OR")
         got = _by_path(pg, pg.rank(query, 50))
