@@ -693,6 +693,7 @@ class PostgresStore(Common):
         self._flush()
         for name, columns in POSTINGS_INDEXES.items():
             self._q(f"CREATE INDEX IF NOT EXISTS {name} ON {columns}")
+        self._q("ANALYZE fts_terms, fts_len")  # the planner's figures for the first searches
         self._bulk = False
 
     def finish_scan(self, scan_id: int, report: dict[str, object]) -> None:
