@@ -301,3 +301,177 @@ def test_an_empty_or_foreign_database_is_told_apart(pg_url, pg_server) -> None:
     with psycopg.connect(other, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
                             ).fetchone()[0] == 1  # left alone
+
+
+def _postings_indexes(url: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'fts_terms'")}
+
+
+def test_a_first_scan_makes_the_postings_indexes_once_and_a_dead_one_is_mended(
+        tmp_path, pg_url, data) -> None:
+    """A first scan writes its postings without their indexes and makes them at its end
+    (kept up row by row, they were most of the server's work). A scan that died in
+    between leaves them missing: searches still answer the same, and the next scan
+    makes them."""
+    from loomcli import config as config_mod
+    from loomcli.index.indexer import Indexer
+    from loomcli.search.text import parse
+    from loomcli.store import open_store
+
+    wanted = {"fts_terms_term", "fts_terms_doc"}
+    lite = open_store(tmp_path / "index.db", create=True)
+    Indexer(lite, config_mod.load()).scan(list(data))
+    store = open_store(pg_url, create=True)
+    with store.transaction():
+        store.begin_scan([str(d) for d in data])  # a scan that dies right after
+    assert _postings_indexes(pg_url) & wanted == set()
+    Indexer(store, config_mod.load()).scan(list(data[:1]))  # no longer a first scan...
+    store.close()
+    assert _postings_indexes(pg_url) >= wanted  # ...but it mends the dead one's work
+    store = open_store(pg_url)
+    with store.transaction():
+        store.begin_scan([])
+    assert _postings_indexes(pg_url) >= wanted  # postings exist: nothing is dropped
+    store.close()
+
+    other = pg_url.rsplit("/", 1)[0] + "/postgres"
+    import psycopg
+
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS loom_first_scan")
+        conn.execute("CREATE DATABASE loom_first_scan")
+    first = pg_url.rsplit("/", 1)[0] + "/loom_first_scan"
+    store = open_store(first, create=True)
+    with store.transaction():
+        store.begin_scan([])
+    assert _postings_indexes(first) & wanted == set()
+    Indexer(store, config_mod.load()).scan(list(data))  # a first scan, after a dead one
+    assert _postings_indexes(first) >= wanted
+    for words in ("loom", "sourdough bread", "idea"):
+        query = parse(words, "OR")
+        got, expected = _by_path(store, store.rank(query, 50)), _by_path(lite, lite.rank(query, 50))
+        assert [f for f, _ in got] == [f for f, _ in expected] and got
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
+    store.close()
+    lite.close()
+
+
+class _Counting:
+    """A psycopg connection that counts the statements sent through it (execute, and
+    each cursor: a COPY or an executemany)."""
+
+    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
+        self.conn, self.sent = conn, 0
+
+    def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        return self.conn.execute(*args, **kwargs)
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        return self.conn.cursor(*args, **kwargs)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.conn, name)
+
+
+def test_a_scans_statements_do_not_grow_with_its_new_files(tmp_path, pg_url) -> None:
+    """A new note's rows (its `files` row, text, postings, note, tags, links) go in COPYs
+    shared by many files, its id taken from the sequence beforehand: no round trip per
+    file (there were two to four: the `files` row, the note, its tags, its links)."""
+    from loomcli import config as config_mod
+    from loomcli.index.indexer import Indexer
+    from loomcli.store import open_store
+
+    for n in range(120):
+        write(tmp_path / "d" / f"n{n}.md", f"---\ntags: [t{n % 3}, common]\n---\n# Note {n}\n"
+              f"see [[n{(n + 1) % 120}]] and [[n{(n + 2) % 120}]]\n")
+    store = open_store(pg_url, create=True)
+    counting = _Counting(store.pg)
+    store.pg = counting
+    Indexer(store, config_mod.load()).scan([tmp_path / "d"])
+    assert counting.sent < 60, counting.sent
+    ids = [store.resolve(f"n{n}.md").id for n in (5, 6, 7)]
+    before = counting.sent
+    linked = store.backlinks(ids)  # the names in one statement, then each target's file
+    assert counting.sent - before <= 2 + 3, counting.sent - before
+    assert sorted(linked[ids[0]]) == sorted(store.resolve(f"n{n}.md").id for n in (3, 4))
+    store.pg = counting.conn
+    assert len(store.tagged(["common"])) == 120
+    assert store.links_of(store.resolve("n5.md").id)[0][0] == "n6"
+    assert sorted(store.backlinks([store.resolve("n5.md").id])[store.resolve("n5.md").id]) \
+        == sorted([store.resolve("n4.md").id, store.resolve("n3.md").id])
+    store.close()
+
+
+def test_a_bm25_ranking_is_one_statement(tmp_path, pg_url, data) -> None:
+    """Every phrase of a query, the lengths of the documents holding them and the table's
+    totals come in one statement (a cold search sent one per phrase, one for the totals
+    and one for the lengths, for each of its rankings); the scores stay FTS5's."""
+    from loomcli.search.text import parse
+
+    stores = _stores(tmp_path, pg_url, *data)
+    pg = stores["postgresql"]
+    pg.close()
+    from loomcli.store import open_store
+
+    pg = open_store(pg_url)
+    counting = _Counting(pg.pg)
+    pg.pg = counting
+    for words, operator, prefix in (("loom idea", "OR", False), ('"sourdough bread" loom',
+                                    "OR", False), ("loom wor", "AND", True)):
+        query = parse(words, operator, prefix)
+        before = counting.sent
+        ranked = pg.rank(query, 50)
+        assert counting.sent - before == 1, words
+        got = _by_path(pg, ranked)
+        before = counting.sent
+        assert pg.frequency(query, 50) == stores["sqlite"].frequency(query, 50)
+        assert counting.sent - before == 1, words
+        expected = _by_path(stores["sqlite"], stores["sqlite"].rank(query, 50))
+        assert [f for f, _ in got] == [f for f, _ in expected] and got, words
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
+    pg.pg = counting.conn
+    pg.close()
+
+
+def test_an_index_with_the_older_postings_is_made_compact_in_place(
+        tmp_path, pg_url, data) -> None:
+    """Positions are stored as text ('1,5,9': an integer[] spent 24 bytes of header on a
+    row) and the term index is on the term alone (deduplicated); an index made before is
+    converted when opened, and its phrase queries score as FTS5's."""
+    import psycopg
+
+    from loomcli.search.text import parse
+    from loomcli.store import open_store
+
+    stores = _stores(tmp_path, pg_url, *data)
+    stores["postgresql"].close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for table in ("fts_terms", "chunk_terms"):  # as an older loom left it
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN pos TYPE integer[] "
+                         "USING string_to_array(pos, ',')::integer[]")
+            conn.execute(f"DROP INDEX {table}_term")
+            conn.execute(f"CREATE INDEX {table}_term ON {table} (term, doc)")
+        conn.execute("DELETE FROM migrations WHERE name = '003_compact_postings'")
+    pg = open_store(pg_url)
+    with psycopg.connect(pg_url) as conn:
+        kinds = {r[0] for r in conn.execute(
+            "SELECT data_type FROM information_schema.columns WHERE column_name = 'pos'")}
+    assert kinds == {"text"}
+    with psycopg.connect(pg_url) as conn:
+        made = {r[0] for r in conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname LIKE '%_terms_term'")}
+    assert made == {"CREATE INDEX fts_terms_term ON public.fts_terms USING btree (term)",
+                    "CREATE INDEX chunk_terms_term ON public.chunk_terms USING btree (term)"}
+    for words in ('"sourdough bread"', '"loom workshop" idea', "loom"):
+        query = parse(words, "OR")
+        got = _by_path(pg, pg.rank(query, 50))
+        expected = _by_path(stores["sqlite"], stores["sqlite"].rank(query, 50))
+        assert [f for f, _ in got] == [f for f, _ in expected] and got, words
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
+    pg.close()

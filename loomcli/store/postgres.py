@@ -62,6 +62,9 @@ READ_BYTES = 8 << 20  # text grep reads in one statement (iter_texts)
 READ_FILES = 500
 FLUSH_ROWS = 100_000  # rows buffered before they are sent (about 20 MB)
 FLUSH_BYTES = 16 << 20  # characters of text buffered before they are sent
+ID_BLOCK = 256  # file ids a scan takes from the sequence at once (add_file)
+POSTINGS_INDEXES = {"fts_terms_term": "fts_terms (term)",  # as migration 003 leaves them
+                    "fts_terms_doc": "fts_terms (doc)"}
 
 
 def is_url(value: object) -> bool:
@@ -153,9 +156,23 @@ def _trigram_index(conn: Any) -> None:
                      "WHERE indexed")
 
 
+# Smaller postings. A posting's positions as text ('1,5,9'): an integer[] spent 24 bytes
+# of header on each row (most hold one or two positions). The term index on the term
+# alone (no query asks for a term and a document): B-tree deduplication keeps each term
+# once with its rows, a third of the size of (term, doc).
+COMPACT_POSTINGS = """
+ALTER TABLE fts_terms ALTER COLUMN pos TYPE text USING array_to_string(pos, ',');
+ALTER TABLE chunk_terms ALTER COLUMN pos TYPE text USING array_to_string(pos, ',');
+DROP INDEX IF EXISTS fts_terms_term;
+CREATE INDEX fts_terms_term ON fts_terms (term);
+DROP INDEX chunk_terms_term;
+CREATE INDEX chunk_terms_term ON chunk_terms (term);
+"""
+
 MIGRATIONS: list[tuple[str, Any]] = [
     ("001_initial", SCHEMA),
     ("002_trigrams", _trigram_index),
+    ("003_compact_postings", COMPACT_POSTINGS),
 ]
 
 
@@ -232,6 +249,9 @@ class PostgresStore(Common):
         self._stats: dict[str, tuple[int, int]] = {}
         self._pending: dict[str, list[tuple[Any, ...]]] = {}  # rows not sent yet
         self._pending_bytes = 0  # characters of text among them
+        self._bulk = False  # this scan dropped the postings' indexes (begin_scan)
+        self._ids: list[int] = []  # file ids taken from the sequence, not used yet
+        self._locked = False  # this store holds the write lock (write_lock)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -278,6 +298,8 @@ class PostgresStore(Common):
         return self
 
     def _q(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        if self._pending:  # every statement sees the rows buffered before it
+            self._flush()
         return self.pg.execute(sql, params)
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -332,9 +354,11 @@ class PostgresStore(Common):
                 on_wait(f"another loom scan is writing to {self.shown}; waiting for it "
                         "to finish…")
             self._q("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
+        self._locked = True
         try:
             yield
         finally:
+            self._locked = False
             self._q("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
 
     def building(self) -> bool:
@@ -442,7 +466,20 @@ class PostgresStore(Common):
     def add_file(self, root_id: int, relpath: str, kind: str, size: int, mtime_ns: int,
                  digest: bytes, doc: Extracted, ocr: str | None = None) -> int:
         """A new file's row and text. Two scanners adding the same file: the second
-        takes over the row (one row per path, never two)."""
+        takes over the row (one row per path, never two). Under the write lock (a scan)
+        no other writer adds one: the row is sent with the text's, in a COPY (an INSERT
+        per file was a round trip each), its id taken from the sequence beforehand."""
+        if self._locked:
+            if not self._ids:
+                self._ids = [r[0] for r in self._q(
+                    "SELECT nextval(pg_get_serial_sequence('files', 'id')) "
+                    "FROM generate_series(1, %s)", (ID_BLOCK,))][::-1]
+            file_id = self._ids.pop()
+            self._pending.setdefault("files", []).append(
+                (file_id, root_id, relpath, kind, size, mtime_ns, digest, doc.title,
+                 utf8_len(doc.text), time.time(), ocr))
+            self._insert_doc(file_id, doc, relpath)
+            return file_id
         row = self._q(
             "INSERT INTO files (root_id, relpath, kind, size, mtime_ns, hash, title, "
             "content_len, indexed_at, ocr) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
@@ -489,7 +526,7 @@ class PostgresStore(Common):
         rows = self._pending.setdefault(f"{table}_terms", [])
         for term, col, count, positions in bm.words().postings(columns):
             lens[col] += count
-            rows.append((term, doc, col, count, "{" + positions + "}"))
+            rows.append((term, doc, col, count, positions))
         self._pending.setdefault(f"{table}_len", []).append(
             (doc, file_id, "{" + ",".join(map(str, lens)) + "}", sum(lens)))
         self._stats.pop(table, None)
@@ -499,12 +536,19 @@ class PostgresStore(Common):
 
     def _flush(self) -> None:
         """Send the buffered rows (see _index): texts, their blocks, postings."""
-        columns = {"fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
+        columns = {"files": "id, root_id, relpath, kind, size, mtime_ns, hash, title, "
+                            "content_len, indexed_at, ocr",  # first: the others refer to it
+                   "fts_terms": "term, doc, col, tf, pos", "chunk_terms": "term, doc, col, tf, pos",
                    "fts_len": "doc, file_id, lens, total", "chunk_len": "doc, file_id, lens, total",
-                   "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body"}
+                   "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body",
+                   "notes": "file_id, name, body_at, body_chars, fields",
+                   "tags": "file_id, tag",
+                   "links": "file_id, n, target, name, heading, alias, line"}
         if not self._pending:
             return
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
+        if "files" in pending:
+            pending = {"files": pending.pop("files"), **pending}
         for table, rows in pending.items():
             with self.pg.cursor() as cur, cur.copy(
                     f"COPY {table} ({columns[table]}) FROM STDIN") as copy:
@@ -512,6 +556,7 @@ class PostgresStore(Common):
                     copy.write_row(row)
 
     def _unindex(self, table: str, file_id: int) -> None:
+        self._make_indexes()  # a DELETE by document needs them (rare in a first scan)
         self._flush()
         self._q(f"DELETE FROM {table}_terms WHERE doc IN (SELECT doc FROM {table}_len "
                 "WHERE file_id = %s)", (file_id,))
@@ -525,21 +570,16 @@ class PostgresStore(Common):
         if meta is not None and meta.body_start and body is not None:
             chars = meta.body_start
             at = len(body[:chars].encode("utf-8"))
-        self._q("INSERT INTO notes (file_id, name, body_at, body_chars, fields) VALUES "
-                "(%s, %s, %s, %s, %s)", (file_id, markdown.name_key(relpath), at, chars,
-                                         meta.fields() if meta else ""))
+        # Sent with the postings (_flush): a statement per file was a round trip each.
+        self._pending.setdefault("notes", []).append(
+            (file_id, markdown.name_key(relpath), at, chars, meta.fields() if meta else ""))
         if meta is None:
             return
-        with self.pg.cursor() as cur:
-            if meta.tags:
-                cur.executemany("INSERT INTO tags (file_id, tag) VALUES (%s, %s)",
-                                [(file_id, tag) for tag in dict.fromkeys(meta.tags)])
-            if meta.links:
-                cur.executemany(
-                    "INSERT INTO links (file_id, n, target, name, heading, alias, line) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(file_id, n, link.target, markdown.name_key(link.target), link.heading,
-                      link.alias, link.line) for n, link in enumerate(meta.links)])
+        self._pending.setdefault("tags", []).extend(
+            (file_id, tag) for tag in dict.fromkeys(meta.tags))
+        self._pending.setdefault("links", []).extend(
+            (file_id, n, link.target, markdown.name_key(link.target), link.heading,
+             link.alias, link.line) for n, link in enumerate(meta.links))
 
     def _drop_text(self, file_id: int) -> None:
         self._flush()
@@ -599,13 +639,43 @@ class PostgresStore(Common):
         self._q("DELETE FROM files WHERE id = %s", (file_id,))
 
     def begin_scan(self, roots: list[str]) -> int:
+        """A first scan (no postings yet) writes its postings without their indexes, which
+        are made once at its end (_make_indexes): kept up row by row they were two thirds
+        of the server's time. A scan that died before the end left them missing: made now."""
+        have, empty = self._q(
+            "SELECT (SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND indexname = ANY(%s)), NOT EXISTS (SELECT 1 FROM fts_len)",
+            (list(POSTINGS_INDEXES),)).fetchone()
+        if empty:
+            for name in POSTINGS_INDEXES:
+                self._q(f"DROP INDEX IF EXISTS {name}")
+            self._bulk = True
+        elif have < len(POSTINGS_INDEXES):
+            self._bulk = True
+            self._make_indexes()
         return int(self._q("INSERT INTO scans (started_at, roots) VALUES (%s, %s) "
                            "RETURNING id", (time.time(), json.dumps(roots))).fetchone()[0])
+
+    def _make_indexes(self) -> None:
+        """The postings' indexes that begin_scan dropped, made in one pass each (inside the
+        caller's transaction; readers go on meanwhile, writers wait)."""
+        if not self._bulk:
+            return
+        self._flush()
+        for name, columns in POSTINGS_INDEXES.items():
+            self._q(f"CREATE INDEX IF NOT EXISTS {name} ON {columns}")
+        self._q("ANALYZE fts_terms, fts_len")  # the planner's figures for the first searches
+        self._bulk = False
+
+    def finish_scan(self, scan_id: int, report: dict[str, object]) -> None:
+        self._make_indexes()
+        super().finish_scan(scan_id, report)
 
     def check(self) -> None:
         self._q("SELECT count(*) FROM docs").fetchone()
 
     def optimize(self) -> None:
+        self._make_indexes()
         if not self.in_transaction:
             self._q("ANALYZE")
 
@@ -812,36 +882,64 @@ class PostgresStore(Common):
             self._stats[table] = (int(n), int(total))
         return self._stats[table]
 
-    def _phrase_hits(self, table: str, phrase: bm.Phrase, columns: tuple[str, ...],
-                     weights: tuple[float, ...]) -> dict[int, float]:
-        """A phrase's weighted frequency in each document that holds it."""
-        self._flush()
-        tokens = bm.words().tokens(phrase.text)
-        if not tokens:
-            return {}
-        cols = list(range(len(columns))) if phrase.column is None else \
-            [columns.index(phrase.column)] if phrase.column in columns else []
-        conds, params = [], []
-        for i, token in enumerate(tokens):
-            if phrase.prefix and i == len(tokens) - 1:
-                conds.append("(term >= %s AND term < %s)")
-                params += [token, token + "\U0010ffff"]
-            else:
-                conds.append("term = %s")
-                params.append(token)
-        out: dict[int, float] = {}
-        if len(tokens) == 1:
-            for doc, col, tf in self._q(
-                    f"SELECT doc, col, tf FROM {table}_terms WHERE {conds[0]} "
-                    "AND col = ANY(%s)", [*params, cols]):
-                out[doc] = out.get(doc, 0.0) + weights[col] * tf
-            return out
-        rows = self._q(
-            f"SELECT doc, col, term, pos FROM {table}_terms WHERE ({' OR '.join(conds)}) "
-            "AND col = ANY(%s)", [*params, cols]).fetchall()
-        for (doc, col), n in bm.phrase_hits(rows, tokens, phrase.prefix).items():
-            out[doc] = out.get(doc, 0.0) + weights[col] * n
-        return out
+    def _hits(self, table: str, order: list[bm.Phrase], columns: tuple[str, ...],
+              weights: tuple[float, ...], lengths: bool = True
+              ) -> tuple[dict[int, dict[int, float]], dict[int, int]]:
+        """Each phrase's weighted frequency in each document that holds it (by its place
+        in `order`), and those documents' lengths: one statement for every phrase of a
+        query, their lengths and, once, the table's totals (a statement each was a round
+        trip each: a dozen for a cold search)."""
+        tokens = [bm.words().tokens(p.text) for p in order]
+        exact = sorted({t for p, ts in zip(order, tokens, strict=True)
+                        for i, t in enumerate(ts) if not (p.prefix and i == len(ts) - 1)})
+        starts = sorted({ts[-1] for p, ts in zip(order, tokens, strict=True)
+                         if p.prefix and ts})
+        found: dict[int, dict[int, float]] = {i: {} for i in range(len(order))}
+        if not exact and not starts:
+            return found, {}
+        conds: list[str] = ["t.term = ANY(%s)"]
+        params: list[Any] = [exact]
+        for token in starts:
+            conds.append("(t.term >= %s AND t.term < %s)")
+            params += [token, token + "\U0010ffff"]
+        positions = "t.pos" if any(len(ts) > 1 for ts in tokens) else "NULL"
+        totals = lengths and (table not in self._stats or self.in_transaction)
+        sql = ("SELECT " + ("n.docs, n.tokens, " if totals else "")
+               + f"t.term, t.doc, t.col, t.tf, {positions}, "
+               + (f"l.total FROM {table}_terms t LEFT JOIN {table}_len l ON l.doc = t.doc"
+                  if lengths else f"NULL FROM {table}_terms t")
+               + (" CROSS JOIN (SELECT count(*) AS docs, coalesce(sum(total), 0) AS tokens "
+                  f"FROM {table}_len) n" if totals else "")
+               + f" WHERE {' OR '.join(conds)}")
+        rows = self._q(sql, params).fetchall()
+        if totals and rows:
+            self._stats[table] = (int(rows[0][0]), int(rows[0][1]))
+        if totals:
+            rows = [r[2:] for r in rows]
+        size = {doc: int(total) for _, doc, _, _, _, total in rows if total is not None}
+        for i, (phrase, toks) in enumerate(zip(order, tokens, strict=True)):
+            if not toks:
+                continue
+            cols = set(range(len(columns))) if phrase.column is None else \
+                {columns.index(phrase.column)} if phrase.column in columns else set()
+            last = toks[-1] if phrase.prefix else None
+            wanted = set(toks) if last is None else set(toks[:-1])
+
+            def ours(term: str, wanted: set[str] = wanted, last: str | None = last) -> bool:
+                return term in wanted or (last is not None
+                                          and last <= term < last + "\U0010ffff")
+
+            mine = [r for r in rows if r[2] in cols and ours(r[0])]
+            out = found[i]
+            if len(toks) == 1:
+                for _, doc, col, tf, _, _ in mine:
+                    out[doc] = out.get(doc, 0.0) + weights[col] * tf
+                continue
+            hits = bm.phrase_hits([(doc, col, term, [int(p) for p in pos.split(",")])
+                                   for term, doc, col, _, pos, _ in mine], toks, phrase.prefix)
+            for (doc, col), n in hits.items():
+                out[doc] = out.get(doc, 0.0) + weights[col] * n
+        return found, size
 
     def _bm25(self, table: str, match: str, columns: tuple[str, ...],
               weights: tuple[float, ...], among: Sequence[int] | None,
@@ -851,7 +949,7 @@ class PostgresStore(Common):
         if tree is None:
             return {}
         order = bm.phrases(tree)
-        found = {i: self._phrase_hits(table, p, columns, weights) for i, p in enumerate(order)}
+        found, lengths = self._hits(table, order, columns, weights)
         docs = bm.matching(tree, found, order)
         if among is not None:
             allowed = set(among)
@@ -860,8 +958,6 @@ class PostgresStore(Common):
             return {}
         rows, tokens = self._totals(table)
         avgdl = tokens / rows if rows else 1.0
-        lengths = dict(self._q(f"SELECT doc, total FROM {table}_len WHERE doc = ANY(%s)",
-                               (list(docs),)).fetchall())
         idfs = [bm.idf(rows, len(found[i])) for i in range(len(order))]
         scores = {}
         for doc in docs:
@@ -891,8 +987,8 @@ class PostgresStore(Common):
         if tree is None:
             return 0
         order = bm.phrases(tree)
-        found = {i: self._phrase_hits("fts", p, ("title", "body", "grams"), FILE_WEIGHTS)
-                 for i, p in enumerate(order)}
+        found, _ = self._hits("fts", order, ("title", "body", "grams"), FILE_WEIGHTS,
+                              lengths=False)
         return min(cap, len(bm.matching(tree, found, order)))
 
     def file_count(self) -> int:

@@ -106,6 +106,22 @@ def load_runs(folders: list[str], sqlite_env: dict[str, str], base: Path) -> Non
               f"{r['rps']:>8.1f}")
 
 
+def print_sizes(url: str) -> None:
+    """What the PostgreSQL index's bytes are: each table with its indexes and TOAST."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND "
+            "n.nspname = current_schema() ORDER BY pg_total_relation_size(c.oid) DESC"
+        ).fetchall()
+    print(f"\n{'PostgreSQL table':16}{'table MB':>10}{'indexes MB':>12}")
+    for name, table, indexes in rows:
+        if table + indexes >= 1 << 20:
+            print(f"{name:16}{table / 1e6:>10.1f}{indexes / 1e6:>12.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("folders", nargs="+")
@@ -141,6 +157,7 @@ def main() -> None:
         print(f"{'':16}" + "".join(f"{k:>16}" for k in keys))
         for name, row in rows.items():
             print(f"{name:16}" + "".join(f"{row[k]:>16.2f}" for k in keys))
+        print_sizes(backends["postgresql"]["LOOM_DATABASE_URL"])
         if args.load:
             load_runs(args.folders, backends["sqlite"], base)
     finally:
