@@ -165,22 +165,27 @@ class Common:
         out: dict[int, dict[int, int]] = {fid: {} for fid in file_ids}
         seen: dict[Vault, Vault] = {}
         resolved: dict[tuple[str, Vault], int | None] = {}
-        for name in set(self._names(file_ids).values()):
-            names = [name]
+        names: set[str] = set()
+        for name in self._names(file_ids).values():
             if "___" in name or "%2f" in name:  # (the notes module only then: start-up)
                 from loomcli.extract import markdown
 
-                names = markdown.names_linking(name)
-            for source, root_id, relpath, target, line in self._links_named(names):
-                # a Markdown link's path is the note's folder's; a wikilink, its vault's
-                home = (target, (root_id, relpath.rpartition("/")[0])
-                        if target.startswith((".", "/")) else self.vault(root_id, relpath, seen))
-                if home not in resolved:
-                    resolved[home] = self._resolve(target, root_id, relpath, seen)
-                fid = resolved[home]
-                if fid in out and fid != source:
-                    known = out[fid].get(source)
-                    out[fid][source] = line if known is None else min(known, line)
+                names.update(markdown.names_linking(name))
+            else:
+                names.add(name)
+        if not names:
+            return out
+        # every name's links in one statement; then one per distinct target resolved
+        for source, root_id, relpath, target, line in self._links_named(sorted(names)):
+            # a Markdown link's path is the note's folder's; a wikilink, its vault's
+            home = (target, (root_id, relpath.rpartition("/")[0])
+                    if target.startswith((".", "/")) else self.vault(root_id, relpath, seen))
+            if home not in resolved:
+                resolved[home] = self._resolve(target, root_id, relpath, seen)
+            fid = resolved[home]
+            if fid in out and fid != source:
+                known = out[fid].get(source)
+                out[fid][source] = line if known is None else min(known, line)
         return out
 
     # -- the statements both backends write alike ----------------------------------------
