@@ -298,6 +298,8 @@ def status(
             line += f", {v['pending']} waiting (next scan)"
         if v["stale"]:
             line += f", {v['stale']} by another model (stale: the next scan replaces them)"
+        if v.get("ranked_by") == "pgvector":
+            line += ", ranked by pgvector in the database"
         _out(line + ("" if v["enabled"] else " — embeddings are off"))
     g = data["grep_index"]
     if g["pending"]:

@@ -993,7 +993,8 @@ class Corpus:
 
     def _vector_status(self, store: Store | None) -> dict[str, Any]:
         """Which model the config names, how many files have its vectors, how many still
-        need them, and how many hold another model's (stale: replaced by the next scan)."""
+        need them, how many hold another model's (stale: replaced by the next scan), and
+        who ranks them (`ranked_by`: loom, or the database's pgvector)."""
         from loomcli import embeddings
 
         chosen = embeddings.settings(self.config)
@@ -1001,7 +1002,8 @@ class Corpus:
         current = counts.get(chosen.identity, 0)
         return {"enabled": chosen.enabled, "model": chosen.identity, "files": current,
                 "pending": (store.files_with_text() - current) if store else 0,
-                "stale": sum(n for m, n in counts.items() if m != chosen.identity)}
+                "stale": sum(n for m, n in counts.items() if m != chosen.identity),
+                "ranked_by": store.vector_engine() if store else "loom"}
 
     # -- writing ------------------------------------------------------------------------
 

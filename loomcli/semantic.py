@@ -132,24 +132,66 @@ class VectorIndex:
         return list(best.values())
 
 
-_cache: dict[tuple[str, str, int], tuple[tuple[float, int], VectorIndex]] = {}
+class ServerVectors:
+    """The passage vectors of one model and size as the database ranks them (pgvector:
+    store/postgres_vectors.py): VectorIndex's answers, without loading the vectors.
+    `counts`: passages per file (kept with the index's generation, as VectorIndex is)."""
+
+    def __init__(self, store: Store, model: str, dim: int, counts: dict[int, int]) -> None:
+        self.store, self.model, self.dim, self.counts = store, model, dim, counts
+        self.size = sum(counts.values())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def passage_counts(self) -> dict[int, int]:
+        return self.counts
+
+    def top(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
+        """As VectorIndex.top: the closest passages, similarity clipped to [0, 1]."""
+        if self.size == 0 or self.dim != len(query):
+            return []
+        rows = self.store.nearest(self.model, self.dim, query, limit,
+                                  None if among is None else list(among)) or []
+        return [Passage(fid, min(1.0, max(0.0, score)), start, end, n)
+                for fid, n, start, end, score in rows]
+
+    def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
+        """As VectorIndex.rank: the `limit` files closest, each by its best passage."""
+        best: dict[int, Passage] = {}
+        for p in self.top(query, POOL, among):
+            if p.file_id not in best:
+                best[p.file_id] = p
+                if len(best) == limit:
+                    break
+        return list(best.values())
+
+
+_cache: dict[tuple[str, str, int], tuple[tuple[float, int], Any]] = {}
 _cache_lock = threading.Lock()
 
 
-def vector_index(store: Store, model: str, size: int) -> VectorIndex:
+def vector_index(store: Store, model: str, size: int) -> VectorIndex | ServerVectors:
     """The store's vectors of `model` with `size` numbers each (vectors are keyed by
     both: a server's model re-pulled under the same name may change size), kept between
-    calls in a long-running process and reloaded when a scan has changed any."""
+    calls in a long-running process and reloaded when a scan has changed any. Where the
+    database ranks vectors itself (pgvector), only how many passages each file has is
+    kept, and the ranking is asked of the database."""
     key = (store.location, model, size)
     generation = store.vector_generation()
+    server = store.vector_engine() != "loom"
     with _cache_lock:
         cached = _cache.get(key)
-        if cached and cached[0] == generation:
-            return cached[1]
-    index = VectorIndex(store, model, size)
-    with _cache_lock:
-        _cache[key] = (generation, index)
-    return index
+    if cached and cached[0] == generation and isinstance(cached[1], dict) == server:
+        kept = cached[1]
+    else:
+        kept = store.passage_counts(model, size) if server else VectorIndex(store, model, size)
+        with _cache_lock:
+            _cache[key] = (generation, kept)
+    if server:
+        return ServerVectors(store, model, size, kept)
+    assert isinstance(kept, VectorIndex)
+    return kept
 
 
 def passage_scores(store: Store, file_id: int, model: str, query: Any

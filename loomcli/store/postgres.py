@@ -10,7 +10,9 @@ What differs from the embedded store, and why:
 - BM25 is FTS5's (postgres_words.py): SQLite's own tokenizer makes the postings
   (term, document, column, positions), PostgreSQL stores them, loom scores them with
   FTS5's formula and weights. PostgreSQL's ts_rank is not BM25.
-- Vectors: bytes, ranked in loom as on SQLite.
+- Vectors: bytes, as on SQLite; where the server has pgvector, also one `vector` row per
+  passage with an HNSW index, and a search asks the server for the closest passages
+  (postgres_vectors.py); without it, ranked in loom as on SQLite.
 - A NUL character of a text (rare: a UTF-16 file may hold one) is stored as a space,
   which PostgreSQL's text type can hold; offsets and lines stay the same.
 - Locks: advisory locks (held by a session, released when its process dies), where the
@@ -39,6 +41,7 @@ from loomcli.migrations import (
     chunk_texts,
     words_apart,
 )
+from loomcli.store import postgres_vectors as pv
 from loomcli.store import postgres_words as bm
 from loomcli.store import sqlite as lite
 from loomcli.store.common import Common
@@ -152,6 +155,7 @@ def _trigram_index(conn: Any) -> None:
 MIGRATIONS: list[tuple[str, Any]] = [
     ("001_initial", SCHEMA),
     ("002_trigrams", _trigram_index),
+    ("003_pgvector", pv.migration),
 ]
 
 
@@ -228,6 +232,9 @@ class PostgresStore(Common):
         self._stats: dict[str, tuple[int, int]] = {}
         self._pending: dict[str, list[tuple[Any, ...]]] = {}  # rows not sent yet
         self._pending_bytes = 0  # characters of text among them
+        self._pgvector: tuple[int, ...] | None = None  # pv.version, once asked
+        self._pgvector_asked = False
+        self._hnsw_set = False  # this session's hnsw.ef_search (pv.settings)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -1018,6 +1025,9 @@ class PostgresStore(Common):
             "ON CONFLICT (file_id) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, "
             "spans = EXCLUDED.spans, vecs = EXCLUDED.vecs, scales = EXCLUDED.scales",
             (model, dim, spans, vecs, scales, file_id))
+        if cur.rowcount and self.pgvector() is not None:
+            pv.put(self.pg, file_id, model, dim, spans, vecs, scales,
+                   hnsw=(self.pgvector() or ()) >= pv.HNSW_SINCE)
         if cur.rowcount and spans:
             body = self.text_bytes(file_id)
             for n, text, grams in chunk_texts(body, spans):
@@ -1025,6 +1035,33 @@ class PostgresStore(Common):
 
     def vector_counts(self) -> dict[str, int]:
         return dict(self._q("SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+
+    def pgvector(self) -> tuple[int, ...] | None:
+        """pgvector's version when the server ranks the vectors (postgres_vectors.py),
+        else None. Asked once per connection."""
+        if not self._pgvector_asked:
+            self._pgvector, self._pgvector_asked = pv.version(self.pg), True
+        return self._pgvector
+
+    def vector_engine(self) -> str:
+        return "loom" if self.pgvector() is None else "pgvector"
+
+    def nearest(self, model: str, dim: int, query: Any, limit: int,
+                among: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int, int, float]] | None:
+        """The closest passages, ranked by pgvector (None without it: loom ranks)."""
+        version = self.pgvector()
+        if version is None:
+            return None
+        if not self._hnsw_set:
+            pv.settings(self.pg, version)
+            self._hnsw_set = True
+        return pv.nearest(self.pg, version, model, dim, query, limit, among)
+
+    def passage_counts(self, model: str, dim: int) -> dict[int, int]:
+        return {int(f): int(n) for f, n in self._q(
+            "SELECT file_id, length(scales) / 4 FROM vectors WHERE model = %s AND dim = %s",
+            (model, dim))}
 
     def files_with_text(self) -> int:
         return int(self._q("SELECT count(*) FROM files WHERE indexed_at IS NOT NULL "

@@ -722,6 +722,19 @@ class Store(Common):
         return dict(self.conn.execute(
             "SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
 
+    def vector_engine(self) -> str:
+        return "loom"  # semantic.VectorIndex: every vector in one matrix, ranked in numpy
+
+    def nearest(self, model: str, dim: int, query: Any, limit: int,
+                among: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int, int, float]] | None:
+        return None  # ranked in loom (vector_engine)
+
+    def passage_counts(self, model: str, dim: int) -> dict[int, int]:
+        return dict(self.conn.execute(
+            "SELECT file_id, length(scales) / 4 FROM vectors WHERE model = ? AND dim = ?",
+            (model, dim)).fetchall())
+
     def files_with_text(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM files WHERE indexed_at IS NOT NULL "
                                      "AND content_len > 0").fetchone()[0])
