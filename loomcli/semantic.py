@@ -105,20 +105,24 @@ class VectorIndex:
 
     def top(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
         """The `limit` passages closest to the query, best first (of the files `among`
-        names, when given). Similarity is the cosine, clipped to [0, 1]."""
+        names, when given). Similarity is the cosine, clipped to [0, 1] once ranked: the
+        order is the cosine's, and an exact tie goes to the lower file id, then passage
+        (as ServerVectors orders what the database finds)."""
         import numpy as np
 
         if len(self) == 0 or self.dim != len(query):
             return []
-        sims = np.clip(self.similarities(query), 0.0, 1.0)
-        if among is not None:
-            sims = np.where(np.isin(self.ids, np.fromiter(among, dtype=np.int64)), sims, -1.0)
-        take = min(len(sims), limit)
-        top = np.argpartition(-sims, take - 1)[:take]
-        top = top[np.argsort(-sims[top], kind="stable")]
-        return [Passage(int(self.ids[i]), float(sims[i]), int(self.spans[i, 0]),
-                        int(self.spans[i, 1]), int(self.nth[i]))
-                for i in top.tolist() if sims[i] >= 0]
+        sims = self.similarities(query)
+        rows = np.arange(len(sims)) if among is None else np.flatnonzero(
+            np.isin(self.ids, np.fromiter(among, dtype=np.int64)))
+        take = min(len(rows), limit)
+        if take == 0:
+            return []
+        top = rows[np.argpartition(-sims[rows], take - 1)[:take]]
+        top = top[np.lexsort((self.nth[top], self.ids[top], -sims[top]))]
+        return [Passage(int(self.ids[i]), min(1.0, max(0.0, float(sims[i]))),
+                        int(self.spans[i, 0]), int(self.spans[i, 1]), int(self.nth[i]))
+                for i in top.tolist()]
 
     def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
         """The `limit` files closest to the query, each as its best passage (no bonus for
@@ -153,6 +157,7 @@ class ServerVectors:
             return []
         rows = self.store.nearest(self.model, self.dim, query, limit,
                                   None if among is None else list(among)) or []
+        rows.sort(key=lambda r: (-r[4], r[0], r[1]))  # exact ties as VectorIndex.top has them
         return [Passage(fid, min(1.0, max(0.0, score)), start, end, n)
                 for fid, n, start, end, score in rows]
 

@@ -39,8 +39,7 @@ CREATE TABLE passages (file_id bigint NOT NULL REFERENCES vectors(file_id) ON DE
                        n integer NOT NULL, model text NOT NULL, dim integer NOT NULL,
                        start_at bigint NOT NULL, end_at bigint NOT NULL,
                        embedding vector NOT NULL, PRIMARY KEY (file_id, n));
-CREATE INDEX passages_model ON passages (model, dim);
-"""
+"""  # no index on (model, dim): the planner would sort what it finds instead of asking HNSW
 
 
 def migration(conn: Any) -> None:
