@@ -770,7 +770,7 @@ def conversations_cmd(
             _print_json({"removed": n})
         else:
             _out(f"removed {n} conversation{'s' if n != 1 else ''} "
-                 f"({corpus.conversations_path})")
+                 f"({corpus.conversations_where})")
         return
     found = corpus.conversations(limit)
     if as_json:

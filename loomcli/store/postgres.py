@@ -41,6 +41,7 @@ from loomcli.migrations import (
     chunk_texts,
     words_apart,
 )
+from loomcli.store import postgres_conversations as pc
 from loomcli.store import postgres_vectors as pv
 from loomcli.store import postgres_words as bm
 from loomcli.store import sqlite as lite
@@ -156,6 +157,7 @@ MIGRATIONS: list[tuple[str, Any]] = [
     ("001_initial", SCHEMA),
     ("002_trigrams", _trigram_index),
     ("003_pgvector", pv.migration),
+    ("004_conversations", pc.SCHEMA),
 ]
 
 
@@ -1035,6 +1037,10 @@ class PostgresStore(Common):
 
     def vector_counts(self) -> dict[str, int]:
         return dict(self._q("SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+
+    def conversation_rows(self, owner: str) -> pc.ConversationRows:
+        """`owner`'s conversations, kept in this database (every server shares them)."""
+        return pc.ConversationRows(self.pg, owner)
 
     def pgvector(self) -> tuple[int, ...] | None:
         """pgvector's version when the server ranks the vectors (postgres_vectors.py),

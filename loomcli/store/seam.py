@@ -296,6 +296,13 @@ class IndexStore(Protocol):
 
     def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]: ...
 
+    # -- conversations -------------------------------------------------------------------
+
+    def conversation_rows(self, owner: str) -> Any:
+        """`owner`'s conversations kept in this database (postgres_conversations.py's
+        ConversationRows), or None where they are kept in a file of their own (SQLite:
+        loomcli/conversations.py)."""
+
     # -- scans, status, failures ---------------------------------------------------------
 
     def begin_scan(self, roots: list[str]) -> int: ...

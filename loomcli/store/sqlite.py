@@ -722,6 +722,9 @@ class Store(Common):
         return dict(self.conn.execute(
             "SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
 
+    def conversation_rows(self, owner: str) -> None:
+        return None  # kept in a file of their own (loomcli/conversations.py)
+
     def vector_engine(self) -> str:
         return "loom"  # semantic.VectorIndex: every vector in one matrix, ranked in numpy
 
