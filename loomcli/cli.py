@@ -199,13 +199,14 @@ def migrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Copy the index into PostgreSQL or a new SQLite file, without reading a file again
-    (this index is left as it is; conversations stay in their local file)."""
+    (this index is left as it is; into PostgreSQL, the conversations go along)."""
     done = _corpus().migrate(to, lambda line: _err(f"migrate: {line}"))
     if as_json:
         _print_json(done.to_dict())
         return
     _out(f"copied {done.files} files ({done.failed} failed, {done.skipped} skipped, "
-         f"{done.vectors} with vectors) from {done.roots} folders into {_shown(done.to)}")
+         f"{done.vectors} with vectors) from {done.roots} folders into {_shown(done.to)}"
+         + (f", and {done.conversations} conversations" if done.conversations else ""))
 
 
 @app.command()

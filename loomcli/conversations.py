@@ -259,6 +259,26 @@ class Conversations:
         return cid
 
 
+def copy_files(files: list[tuple[str, Path]], rows_of: Any) -> int:
+    """Every conversation of these files — (owner, path): the home's conversations.db is
+    owner "", a token's conversations-<digest>.db that digest — into a database's rows
+    (`rows_of(owner)`: the store's conversation_rows), as they were (`loom migrate`).
+    How many were copied (an id already there is left as it is)."""
+    copied = 0
+    for owner, path in files:
+        rows = rows_of(owner)
+        with Conversations.open(path, readonly=True) as kept:
+            for (cid,) in kept.db.execute("SELECT id FROM conversations").fetchall():
+                head = kept.db.execute("SELECT id, title, created, updated, summary, "
+                                       "summary_upto FROM conversations WHERE id = ?",
+                                       (cid,)).fetchone()
+                turns = kept.db.execute("SELECT n, question, answer, sources, steps, created "
+                                        "FROM turns WHERE conversation_id = ? ORDER BY n",
+                                        (cid,)).fetchall()
+                copied += bool(rows.put(tuple(head), [tuple(t) for t in turns]))
+    return copied
+
+
 class InDatabase:
     """The conversations of one owner kept in the index's database (PostgreSQL): the
     methods of Conversations over the store's rows (ConversationRows). The store's

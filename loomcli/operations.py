@@ -943,7 +943,17 @@ class Corpus:
             migrate.check_new_file(dest)
         with self.store(write=True) as source, open_store(dest, create=True) as copy, \
                 copy.guard():
-            return migrate.copy(source, copy, progress)
+            done = migrate.copy(source, copy, progress)
+            if isinstance(dest, str) and isinstance(self.location, Path):
+                # Into PostgreSQL, the conversations go along: they live in the database
+                # there (kept_conversations). Back to a file, they stay in the database.
+                from loomcli.conversations import FILE_NAME, copy_files
+
+                home = self.conversations_path.parent
+                files = [("" if p.name == FILE_NAME else p.stem.removeprefix(
+                    "conversations-"), p) for p in sorted(home.glob("conversations*.db"))]
+                done.conversations = copy_files(files, copy.conversation_rows)
+            return done
 
     def status(self) -> Status:
         from loomcli.extract import ocr, pdf

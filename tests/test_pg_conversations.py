@@ -105,3 +105,23 @@ def test_ask_c_goes_on_from_another_machine(two_servers, tmp_path):
     assert [(c["id"], c["turns"]) for c in listed] == [(first["conversation_id"], 2)]
     assert "removed 1 conversation" in loom(two, "conversations", "--clear").stdout
     assert json.loads(loom(one, "conversations", "--json").stdout)["conversations"] == []
+
+
+def test_migrate_into_postgresql_takes_the_conversations_along(tmp_path, pg_url):
+    """`loom migrate --to URL` copies the conversations of the home's files (the CLI's and
+    a token's) into the database, where `ask -c` then goes on with them."""
+    with FakeLLM() as llm:
+        lite = machine(tmp_path, "laptop", pg_url, llm)
+        lite.pop("LOOM_DATABASE_URL")
+        write(tmp_path / "notes" / "kiln.md", "# Kiln\nthe kiln fires at 1200 degrees\n")
+        loom(lite, "scan", str(tmp_path / "notes"))
+        first = json.loads(loom(lite, "ask", "--json", "how hot is the kiln?").stdout)
+        moved = json.loads(loom(lite, "migrate", "--to", pg_url, "--json").stdout)
+        assert moved["conversations"] == 1 and moved["files"] == 1
+        on_pg = {**lite, "LOOM_DATABASE_URL": pg_url}
+        sent = len(llm.requests)
+        follow = json.loads(loom(on_pg, "ask", "-c", "--json", "in Fahrenheit?").stdout)
+        assert follow["conversation_id"] == first["conversation_id"]
+        assert "how hot is the kiln?" in asked(llm, sent)
+        listed = json.loads(loom(on_pg, "conversations", "--json").stdout)["conversations"]
+        assert [(c["id"], c["turns"]) for c in listed] == [(first["conversation_id"], 2)]

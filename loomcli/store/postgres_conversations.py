@@ -97,3 +97,24 @@ class ConversationRows:
                 self.pg.execute("UPDATE conversations SET summary = %s, summary_upto = %s "
                                 "WHERE id = %s", (_clean(summary[0]), summary[1], cid))
         return True
+
+    def put(self, row: tuple[Any, ...], turns: list[tuple[Any, ...]]) -> bool:
+        """Keep a whole conversation as it was elsewhere (`loom migrate`): (id, title,
+        created, updated, summary, summary_upto) and its turns (n, question, answer,
+        sources JSON, steps JSON, created). False when the id is taken."""
+        cid, title, created, updated, summary, upto = row
+        with self.pg.transaction():
+            if not self.pg.execute(
+                    "INSERT INTO conversations (id, owner, title, created, updated, summary, "
+                    "summary_upto) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (cid, self.owner, _clean(title), created, updated, _clean(summary),
+                     upto)).rowcount:
+                return False
+            with self.pg.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO turns (conversation_id, n, question, answer, sources, steps, "
+                    "created) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    [(cid, n, _clean(q), _clean(a), _clean(src), _clean(steps), at)
+                     for n, q, a, src, steps, at in turns])
+        return True

@@ -129,6 +129,16 @@ def main() -> None:
             for name, env in stores.items():
                 print(f"{name:9} warm semantic search (kept open): median "
                       f"{warm(env, args.runs):.1f} ms")
+            import psycopg
+
+            with psycopg.connect(stores["pgvector"]["LOOM_DATABASE_URL"]) as conn:
+                sizes = conn.execute(
+                    "SELECT pg_total_relation_size('vectors'), pg_table_size('passages'), "
+                    "pg_indexes_size('passages'), (SELECT count(*) FROM passages)"
+                ).fetchone()
+            mb = [f"{n / 1e6:.1f} MB" for n in sizes[:3]]
+            print(f"pgvector sizes: vectors (bytes) {mb[0]}, passages {mb[1]}, their indexes "
+                  f"(HNSW, primary key) {mb[2]}, for {sizes[3]} passages")
     finally:
         plain.stop()
         vector.stop()
