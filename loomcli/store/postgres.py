@@ -643,11 +643,19 @@ class PostgresStore(Common):
     def finish_scan(self, scan_id: int, report: dict[str, object]) -> None:
         self._q("UPDATE scans SET finished_at = %s, report = %s WHERE id = %s",
                 (time.time(), json.dumps(report), scan_id))
+        self._index_vectors()
+
+    def _index_vectors(self) -> None:
+        """pgvector's HNSW index of each vector size the scan (or migration) stored
+        first: built once, over all of them (postgres_vectors.put)."""
+        if self.pgvector() is not None:
+            pv.index_sizes(self.pg, self.pgvector() or ())
 
     def check(self) -> None:
         self._q("SELECT count(*) FROM docs").fetchone()
 
     def optimize(self) -> None:
+        self._index_vectors()
         if not self.in_transaction:
             self._q("ANALYZE")
 
@@ -1028,8 +1036,7 @@ class PostgresStore(Common):
             "spans = EXCLUDED.spans, vecs = EXCLUDED.vecs, scales = EXCLUDED.scales",
             (model, dim, spans, vecs, scales, file_id))
         if cur.rowcount and self.pgvector() is not None:
-            pv.put(self.pg, file_id, model, dim, spans, vecs, scales,
-                   hnsw=(self.pgvector() or ()) >= pv.HNSW_SINCE)
+            pv.put(self.pg, file_id, model, dim, spans, vecs, scales)
         if cur.rowcount and spans:
             body = self.text_bytes(file_id)
             for n, text, grams in chunk_texts(body, spans):

@@ -4,9 +4,10 @@ The PostgreSQL store keeps every file's vectors as bytes (`vectors`: int8 rows a
 scales, as the SQLite store does: `loom migrate` and `vectors_of` read them). Where the
 server has the `vector` extension, migration 003 adds `passages`: one row per passage,
 its vector as pgvector's `vector` (the int8 row times its scale, in float32: the very
-numbers loom ranks with), and an HNSW index per vector size (made when a size is first
-stored: pgvector indexes one size at a time, hence an expression index on
-`embedding::vector(N)` limited to `dim = N`). A search then asks the server for the
+numbers loom ranks with), and an HNSW index per vector size (built at the end of the
+scan or migration that first stores that size, at once; then kept up row by row.
+pgvector indexes one size at a time, hence an expression index on `embedding::vector(N)`
+limited to `dim = N`). Until it exists a search is an exact scan in the server. A search then asks the server for the
 closest passages (ORDER BY <#> LIMIT) instead of loading every vector into loom.
 
 Inner product (`<#>`, `vector_ip_ops`), not pgvector's cosine: the providers' vectors are
@@ -59,16 +60,21 @@ def migration(conn: Any) -> None:
     conn.execute(PASSAGES)
     # An index made before: its vectors (bytes) become passages, then the HNSW indexes
     # are built once, over them all (faster than growing them row by row).
-    dims = set()
     for (file_id,) in conn.execute("SELECT file_id FROM vectors").fetchall():
         model, dim, spans, vecs, scales = conn.execute(
             "SELECT model, dim, spans, vecs, scales FROM vectors WHERE file_id = %s",
             (file_id,)).fetchone()
-        put(conn, file_id, model, dim, bytes(spans), bytes(vecs), bytes(scales), hnsw=False)
-        dims.add(int(dim))
-    if (version(conn) or ()) >= HNSW_SINCE:
-        for dim in dims:
-            hnsw_index(conn, dim)
+        put(conn, file_id, model, dim, bytes(spans), bytes(vecs), bytes(scales))
+    index_sizes(conn, version(conn) or ())
+
+
+def index_sizes(conn: Any, pgvector: tuple[int, ...]) -> None:
+    """An HNSW index for every size of vector stored, where it is missing (the end of a
+    scan, of a migration): built at once over the passages there."""
+    if pgvector < HNSW_SINCE:
+        return  # before HNSW: every search is an exact scan in the server
+    for (dim,) in conn.execute("SELECT DISTINCT dim FROM vectors WHERE dim > 0").fetchall():
+        hnsw_index(conn, int(dim))
 
 
 def hnsw_index(conn: Any, dim: int) -> None:
@@ -101,17 +107,17 @@ def literal(values: Any) -> str:
 
 
 def put(conn: Any, file_id: int, model: str, dim: int, spans: bytes, vecs: bytes,
-        scales: bytes, hnsw: bool) -> None:
-    """One file's passages, replacing those it had (in the caller's transaction). With
-    `hnsw`, the index of this size is made first if it is missing."""
+        scales: bytes) -> None:
+    """One file's passages, replacing those it had (in the caller's transaction). The
+    HNSW index of their size takes them as they come when it exists; else index_sizes
+    builds it at the end of the scan (measured: 5,000 passages of 512 numbers took 7 s
+    to index at once, 12 ms each one by one)."""
     import numpy as np
 
     conn.execute("DELETE FROM passages WHERE file_id = %s", (file_id,))
     n = len(scales) // 4
     if n == 0 or dim <= 0:
         return
-    if hnsw:
-        hnsw_index(conn, dim)
     ranges = np.frombuffer(spans, dtype=np.int32).reshape(n, 2).tolist()
     rows = (np.frombuffer(vecs, dtype=np.int8).reshape(n, dim).astype(np.float32)
             * np.frombuffer(scales, dtype=np.float32)[:, None])

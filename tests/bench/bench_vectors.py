@@ -3,6 +3,7 @@ PostgreSQL without pgvector (bytes, ranked in loom) and PostgreSQL with pgvector
 ranked by the server) — the same index, moved with `loom migrate`.
 
     python tests/bench/bench_vectors.py [--notes 3000] [--runs 5]
+    python tests/bench/bench_vectors.py --ranking-alone 5000 [--runs 20]
 
 Makes NOTES notes of one passage each, embeds them once (tests/embed_server.py: the
 built-in model's vectors behind an Ollama-shaped server) into an SQLite index, migrates
@@ -80,11 +81,76 @@ def warm(env: dict[str, str], runs: int) -> float:
     return float(done.stdout.strip())
 
 
+def ranking_alone(stores: dict[str, str], passages: int, runs: int) -> None:
+    """The vectors' part of a search alone, in one process: `passages` random unit
+    vectors of 512 numbers (10 per file) put into each store through the store's own
+    API, then per store: the first ranking (a new process: loads the matrix, or asks the
+    server) and the next ones (kept), each the 2,000 closest passages (hybrid's pool) and
+    the 10 closest files (semantic)."""
+    import numpy as np
+
+    from loomcli import semantic
+    from loomcli.embeddings import quantize
+    from loomcli.extract import Extracted
+    from loomcli.store import open_store
+
+    rng = np.random.default_rng(34)
+    rows = rng.normal(size=(passages, 512)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1)[:, None]
+    queries = rng.normal(size=(runs, 512)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1)[:, None]
+    per = 10
+    for name, location in stores.items():
+        start = time.perf_counter()
+        with open_store(location, create=True) as store, store.transaction():
+            root = store.ensure_root(Path("/bench") / name)
+            for f in range(passages // per):
+                text = "\n".join(f"passage {f}.{n} " * 8 for n in range(per))
+                fid = store.add_file(root.id, f"f{f:05}.md", "note", 1, 1, f.to_bytes(4, "big"),
+                                     Extracted(text=text, title=f"f{f}"))
+                spans = np.array([[n * 100, n * 100 + 99] for n in range(per)], dtype=np.int32)
+                q, scales = quantize(rows[f * per:(f + 1) * per])
+                store.put_vectors(fid, "bench", 512, spans.tobytes(), q, scales)
+        print(f"{name:9} put {passages} passages: {time.perf_counter() - start:.1f} s")
+    for name, location in stores.items():
+        with open_store(location) as store:
+            start = time.perf_counter()
+            index = semantic.vector_index(store, "bench", 512)
+            index.top(queries[0], 2000)
+            first = time.perf_counter() - start
+            pool, files = [], []
+            for q in queries:
+                start = time.perf_counter()
+                semantic.vector_index(store, "bench", 512).top(q, 2000)
+                pool.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                semantic.vector_index(store, "bench", 512).rank(q, 10)
+                files.append(time.perf_counter() - start)
+        print(f"{name:9} ({store.vector_engine()}): first ranking {first * 1000:.0f} ms; then "
+              f"2,000 closest passages {statistics.median(pool) * 1000:.1f} ms, 10 closest "
+              f"files {statistics.median(files) * 1000:.1f} ms (medians of {runs})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--notes", type=int, default=3000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--ranking-alone", type=int, default=0, metavar="PASSAGES",
+                    help="only time the vectors' ranking on this many random passages")
     args = ap.parse_args()
+    if args.ranking_alone:
+        debian = pg.DEBIAN_BIN if (pg.DEBIAN_BIN / "initdb").exists() else None
+        work = Path(tempfile.mkdtemp(prefix="loom-bench-vectors-"))
+        servers = [pg.start_server(debian), pg.start_server(pg.vector_bin())]
+        try:
+            ranking_alone({"sqlite": str(work / "index.db"),
+                           "pg-bytes": servers[0].create_db(),
+                           "pgvector": servers[1].create_db()},
+                          args.ranking_alone, args.runs)
+        finally:
+            for srv in servers:
+                srv.stop()
+        return
     debian = pg.DEBIAN_BIN if (pg.DEBIAN_BIN / "initdb").exists() else None
     if debian is None or pg.vector_bin() is None:
         sys.exit("needs Debian's postgresql-15 and a PostgreSQL with pgvector (pgserver)")
