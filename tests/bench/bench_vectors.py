@@ -111,6 +111,7 @@ def ranking_alone(stores: dict[str, str], passages: int, runs: int) -> None:
                 spans = np.array([[n * 100, n * 100 + 99] for n in range(per)], dtype=np.int32)
                 q, scales = quantize(rows[f * per:(f + 1) * per])
                 store.put_vectors(fid, "bench", 512, spans.tobytes(), q, scales)
+            store.optimize()  # what the end of a scan does: pgvector's HNSW index, at once
         print(f"{name:9} put {passages} passages: {time.perf_counter() - start:.1f} s")
     for name, location in stores.items():
         with open_store(location) as store:
