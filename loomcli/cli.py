@@ -199,13 +199,14 @@ def migrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Copy the index into PostgreSQL or a new SQLite file, without reading a file again
-    (this index is left as it is; conversations stay in their local file)."""
+    (this index is left as it is; into PostgreSQL, the conversations go along)."""
     done = _corpus().migrate(to, lambda line: _err(f"migrate: {line}"))
     if as_json:
         _print_json(done.to_dict())
         return
     _out(f"copied {done.files} files ({done.failed} failed, {done.skipped} skipped, "
-         f"{done.vectors} with vectors) from {done.roots} folders into {_shown(done.to)}")
+         f"{done.vectors} with vectors) from {done.roots} folders into {_shown(done.to)}"
+         + (f", and {done.conversations} conversations" if done.conversations else ""))
 
 
 @app.command()
@@ -298,6 +299,8 @@ def status(
             line += f", {v['pending']} waiting (next scan)"
         if v["stale"]:
             line += f", {v['stale']} by another model (stale: the next scan replaces them)"
+        if v.get("ranked_by") == "pgvector":
+            line += ", ranked by pgvector in the database"
         _out(line + ("" if v["enabled"] else " — embeddings are off"))
     g = data["grep_index"]
     if g["pending"]:
@@ -772,7 +775,7 @@ def conversations_cmd(
             _print_json({"removed": n})
         else:
             _out(f"removed {n} conversation{'s' if n != 1 else ''} "
-                 f"({corpus.conversations_path})")
+                 f"({corpus.conversations_where})")
         return
     found = corpus.conversations(limit)
     if as_json:

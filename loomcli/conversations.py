@@ -1,4 +1,6 @@
-"""Conversations kept under LOOM_HOME: one SQLite file, a row per conversation and per turn.
+"""Conversations kept under LOOM_HOME: one SQLite file, a row per conversation and per turn
+(`Conversations`); with the index on PostgreSQL, in its database (`InDatabase`, over
+store/postgres_conversations.py), where every server that shares it finds them.
 
 A turn is written in one transaction once its answer is complete, so an interrupted ask
 leaves the conversation as it was after its last complete turn. The rolling summary of
@@ -257,13 +259,90 @@ class Conversations:
         return cid
 
 
+def copy_files(files: list[tuple[str, Path]], rows_of: Any) -> int:
+    """Every conversation of these files — (owner, path): the home's conversations.db is
+    owner "", a token's conversations-<digest>.db that digest — into a database's rows
+    (`rows_of(owner)`: the store's conversation_rows), as they were (`loom migrate`).
+    How many were copied (an id already there is left as it is)."""
+    copied = 0
+    for owner, path in files:
+        rows = rows_of(owner)
+        with Conversations.open(path, readonly=True) as kept:
+            for (cid,) in kept.db.execute("SELECT id FROM conversations").fetchall():
+                head = kept.db.execute("SELECT id, title, created, updated, summary, "
+                                       "summary_upto FROM conversations WHERE id = ?",
+                                       (cid,)).fetchone()
+                turns = kept.db.execute("SELECT n, question, answer, sources, steps, created "
+                                        "FROM turns WHERE conversation_id = ? ORDER BY n",
+                                        (cid,)).fetchall()
+                copied += bool(rows.put(tuple(head), [tuple(t) for t in turns]))
+    return copied
+
+
+class InDatabase:
+    """The conversations of one owner kept in the index's database (PostgreSQL): the
+    methods of Conversations over the store's rows (ConversationRows). The store's
+    connection is the caller's to close."""
+
+    def __init__(self, rows: Any, where: str) -> None:
+        self.rows, self.path = rows, where
+
+    def __enter__(self) -> InDatabase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def last_id(self) -> str | None:
+        return self.rows.last_id()
+
+    def get(self, cid: str) -> Conversation:
+        found = self.rows.get(cid)
+        if found is None:
+            raise IndexMissingError(f"no conversation {cid!r}",
+                                    "`loom conversations` lists them")
+        (id_, title, created, updated, summary, upto), turns = found
+        return Conversation(id_, title, created, updated, summary, upto,
+                            [Turn(n, q, a, _json_list(src, str), _json_list(steps, dict))
+                             for n, q, a, src, steps in turns])
+
+    def remove(self, cid: str) -> bool:
+        return bool(self.rows.remove(cid))
+
+    def clear(self) -> int:
+        return int(self.rows.clear())
+
+    def recent(self, limit: int = LIST_LIMIT) -> list[Conversation]:
+        out = []
+        for id_, title, created, updated, n in self.rows.recent(limit):
+            conv = Conversation(id_, title, created, updated)
+            conv.turns = [Turn(0, "", "")] * n
+            out.append(conv)
+        return out
+
+    def add_turn(self, cid: str | None, question: str, answer: str, *,
+                 sources: list[str] | None = None, steps: list[dict[str, Any]] | None = None,
+                 summary: tuple[str, int] | None = None, clock: Any = time.time) -> str:
+        new = cid is None
+        kept = cid or secrets.token_hex(ID_BYTES)
+        if not self.rows.add_turn(kept, new, " ".join(question.split())[:TITLE_CHARS],
+                                  question, answer, json.dumps(sources or []),
+                                  json.dumps(steps or [], ensure_ascii=False), summary,
+                                  clock()):
+            raise IndexMissingError(f"no conversation {kept!r} (removed meanwhile)",
+                                    "ask again without -c or --cid")
+        return kept
+
+
 class Later:
     """The conversation store of a new conversation, opened only when its first turn is
-    kept: an ask that fails (no model, server down) leaves no conversations file."""
+    kept: an ask that fails (no model, server down) leaves no conversations file.
+    `opener(readonly)`: the corpus's conversations (operations.Corpus.kept_conversations;
+    default: the file under the home)."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path
+    def __init__(self, opener: Any = None) -> None:
+        self.opener = opener or (lambda readonly: Conversations.open(readonly=readonly))
 
     def add_turn(self, *args: Any, **kwargs: Any) -> str:
-        with Conversations.open(self.path) as store:
+        with self.opener(False) as store:
             return store.add_turn(*args, **kwargs)

@@ -133,7 +133,9 @@ _TEAM: contextvars.ContextVar[Team | None] = contextvars.ContextVar("loom_team",
 
 def team_tokens(value: str | None, corpus_root: Path | None) -> dict[str, Team]:
     """$LOOM_HTTP_TOKENS, checked at start: a JSON object of token → the name of a corpus
-    of --corpus-root that exists."""
+    of --corpus-root that exists; without --corpus-root, token → "": the server's one
+    corpus (each token with conversations of its own: a team sharing one index, kept on
+    PostgreSQL by several servers)."""
     if not value:
         return {}
     from loomcli.operations import CORPUS_NAME
@@ -152,8 +154,11 @@ def team_tokens(value: str | None, corpus_root: Path | None) -> dict[str, Team]:
                           "Authorization header cannot carry",
                           "use letters, digits and -._~+/ (e.g. `openssl rand -hex 32`)")
     if corpus_root is None:
-        raise ConfigError(f"${TEAM_TOKENS_ENV} gives each token a corpus of --corpus-root",
-                          "start with --corpus-root DIR (one DIR/<name>/notes per corpus)")
+        if any(data.values()):
+            raise ConfigError(f"${TEAM_TOKENS_ENV} names corpora, and this server has one",
+                              "start with --corpus-root DIR (one DIR/<name>/notes per "
+                              'corpus), or give each token "" (this server\'s corpus)')
+        return {token: Team("", token) for token in data}
     for name in sorted(set(data.values())):
         if not CORPUS_NAME.fullmatch(name):
             raise ConfigError(f"${TEAM_TOKENS_ENV} names an invalid corpus {name[:64]!r}",
@@ -411,7 +416,8 @@ class Api:
         if team is not None:  # a token of LOOM_HTTP_TOKENS: its corpus and nothing else
             if name not in (None, "", team.corpus):
                 raise HttpError(403, "this token reaches one corpus; drop \"corpus\"")
-            assert self.corpus_root is not None  # team_tokens() required it
+            if self.corpus_root is None:  # the server's one corpus, for this token
+                return Corpus(self.load_config(), keep_open=True, owner=team.owner)
             return Corpus.named(self.corpus_root, team.corpus, self.load_config(),
                                 keep_open=True, owner=team.owner)
         if self.corpus_root is None:

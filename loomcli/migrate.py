@@ -30,16 +30,17 @@ PROGRESS_EVERY = 500  # files between two progress lines
 class Migrated(Record):
     """What a migration copied: `to` (the destination's location), its counts."""
 
-    __slots__ = ("to", "roots", "files", "failed", "skipped", "vectors")
+    __slots__ = ("to", "roots", "files", "failed", "skipped", "vectors", "conversations")
 
     def __init__(self, to: str, roots: int = 0, files: int = 0, failed: int = 0,
-                 skipped: int = 0, vectors: int = 0) -> None:
+                 skipped: int = 0, vectors: int = 0, conversations: int = 0) -> None:
         self.to, self.roots, self.files, self.failed = to, roots, files, failed
-        self.skipped, self.vectors = skipped, vectors
+        self.skipped, self.vectors, self.conversations = skipped, vectors, conversations
 
     def to_dict(self) -> dict[str, object]:
         return {"to": self.to, "roots": self.roots, "files": self.files,
-                "failed": self.failed, "skipped": self.skipped, "vectors": self.vectors}
+                "failed": self.failed, "skipped": self.skipped, "vectors": self.vectors,
+                "conversations": self.conversations}
 
 
 def shown(location: str) -> str:

@@ -947,7 +947,17 @@ class Corpus:
             migrate.check_new_file(dest)
         with self.store(write=True) as source, open_store(dest, create=True) as copy, \
                 copy.guard():
-            return migrate.copy(source, copy, progress)
+            done = migrate.copy(source, copy, progress)
+            if isinstance(dest, str) and isinstance(self.location, Path):
+                # Into PostgreSQL, the conversations go along: they live in the database
+                # there (kept_conversations). Back to a file, they stay in the database.
+                from loomcli.conversations import FILE_NAME, copy_files
+
+                home = self.conversations_path.parent
+                files = [("" if p.name == FILE_NAME else p.stem.removeprefix(
+                    "conversations-"), p) for p in sorted(home.glob("conversations*.db"))]
+                done.conversations = copy_files(files, copy.conversation_rows)
+            return done
 
     def status(self) -> Status:
         from loomcli.extract import ocr, pdf
@@ -997,7 +1007,8 @@ class Corpus:
 
     def _vector_status(self, store: Store | None) -> dict[str, Any]:
         """Which model the config names, how many files have its vectors, how many still
-        need them, and how many hold another model's (stale: replaced by the next scan)."""
+        need them, how many hold another model's (stale: replaced by the next scan), and
+        who ranks them (`ranked_by`: loom, or the database's pgvector)."""
         from loomcli import embeddings
 
         chosen = embeddings.settings(self.config)
@@ -1005,7 +1016,8 @@ class Corpus:
         current = counts.get(chosen.identity, 0)
         return {"enabled": chosen.enabled, "model": chosen.identity, "files": current,
                 "pending": (store.files_with_text() - current) if store else 0,
-                "stale": sum(n for m, n in counts.items() if m != chosen.identity)}
+                "stale": sum(n for m, n in counts.items() if m != chosen.identity),
+                "ranked_by": store.vector_engine() if store else "loom"}
 
     # -- writing ------------------------------------------------------------------------
 
@@ -1061,7 +1073,7 @@ class Corpus:
         """The ask package's view of this corpus (ask.session.Notes) and its conversations."""
         from loomcli.ask.session import Session
 
-        return Session(self, self.conversations_path)
+        return Session(self, self.kept_conversations)
 
     def ask_scope(self, top_k: Any, mode: Any) -> tuple[int, str]:
         """An ask's number of files (checked; `[ask] top_k` when None) and search mode."""
@@ -1141,15 +1153,49 @@ class Corpus:
 
     @property
     def conversations_path(self) -> Path:
-        """Where this corpus keeps its conversations: beside its index for a corpus of
-        `serve --corpus-root` (one corpus cannot read or continue another's; a team
-        token's in a file of its own), else under the home."""
+        """The file this corpus keeps its conversations in (when its index is not on
+        PostgreSQL: see kept_conversations): beside its index for a corpus of `serve
+        --corpus-root` (one corpus cannot read or continue another's), else under the
+        home; a team token's in a file of its own."""
         from loomcli.conversations import FILE_NAME, default_path
 
-        if self.db_path is None:
-            return default_path()
         name = FILE_NAME if self.owner is None else f"conversations-{self.owner}.db"
+        if self.db_path is None:
+            return default_path().with_name(name)
         return self.db_path.parent / name
+
+    @property
+    def conversations_where(self) -> str:
+        """Where the conversations are, for messages (never a password)."""
+        location = self.location
+        if isinstance(location, str):
+            from loomcli.store.pg_connect import place
+
+            return f"the index's database, {place(location)}"
+        return str(self.conversations_path)
+
+    @contextmanager
+    def kept_conversations(self, readonly: bool = False) -> Iterator[Any]:
+        """This corpus's conversations (this token's, for a token of LOOM_HTTP_TOKENS):
+        with the index on PostgreSQL, in its database, on the primary (a follow-up on
+        another server reads the turn just kept); else in their file (`readonly`: neither
+        created nor written)."""
+        from loomcli.conversations import Conversations, InDatabase
+
+        if isinstance(self.location, str):
+            with self.store(write=True) as store:
+                yield InDatabase(store.conversation_rows(self.owner or ""),
+                                 self.conversations_where)
+            return
+        with Conversations.open(self.conversations_path, readonly=readonly) as kept:
+            yield kept
+
+    def _any_conversations(self) -> bool:
+        """Whether conversations may have been kept (their file exists; a database: its
+        index does)."""
+        if isinstance(self.location, str):
+            return self.index_exists()
+        return self.conversations_path.exists()
 
     def agent_on(self, agent: Any = None) -> bool:
         """--agent / --no-agent / the `agent` field, else `[ask] agent`."""
@@ -1158,49 +1204,45 @@ class Corpus:
     def conversation_for(self, cid: Any = None, last: bool = False) -> str | None:
         """The conversation a follow-up continues: `cid` (checked), the newest one (`last`),
         or None (a new one)."""
-        from loomcli.conversations import Conversations, check_id
+        from loomcli.conversations import check_id
 
         if cid is None and not last:
             return None
         if cid is not None:
             cid = check_id(cid)
-        if not self.conversations_path.exists():
+        if not self._any_conversations():
             if cid is None:
                 return None  # -c before any kept conversation: a new one
             raise IndexMissingError(f"no conversation {cid!r}",
                                     "`loom conversations` lists them")
-        with Conversations.open(self.conversations_path, readonly=True) as store:
+        with self.kept_conversations(readonly=True) as store:
             if cid is None:
                 return store.last_id()
             return store.get(cid).id
 
     def conversations(self, limit: Any = None) -> list[Any]:
-        from loomcli.conversations import Conversations
-
         n = _int("limit", limit, CONVERSATIONS_LIMIT, 1, CONVERSATIONS_LIMIT_MAX)
-        if not self.conversations_path.exists():
+        if not self._any_conversations():
             return []
-        with Conversations.open(self.conversations_path, readonly=True) as store:
+        with self.kept_conversations(readonly=True) as store:
             return store.recent(n or CONVERSATIONS_LIMIT)
 
     def remove_conversation(self, cid: Any) -> None:
         """Delete one kept conversation (IndexMissingError when there is none)."""
-        from loomcli.conversations import Conversations, check_id
+        from loomcli.conversations import check_id
 
         cid = check_id(cid)
-        if self.conversations_path.exists():
-            with Conversations.open(self.conversations_path) as store:
+        if self._any_conversations():
+            with self.kept_conversations() as store:
                 if store.remove(cid):
                     return
         raise IndexMissingError(f"no conversation {cid!r}", "`loom conversations` lists them")
 
     def clear_conversations(self) -> int:
         """Delete every kept conversation; how many there were."""
-        from loomcli.conversations import Conversations
-
-        if not self.conversations_path.exists():
+        if not self._any_conversations():
             return 0
-        with Conversations.open(self.conversations_path) as store:
+        with self.kept_conversations() as store:
             return store.clear()
 
     def agent_request(self, question: Any, conversation_id: Any = None) -> str:

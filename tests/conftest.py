@@ -183,3 +183,27 @@ def pg_server() -> Any:
 def pg_url(pg_server: Any) -> str:
     """The url of a new, empty database on the session's PostgreSQL."""
     return str(pg_server.create_db())
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Any:
+    """A real PostgreSQL that has pgvector (tests/pg.py: vector_bin), for the session; the
+    tests that use it skip, with the reason, where none can be started."""
+    from tests import pg
+
+    why = pg.vector_reason()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        server = pg.start_server(pg.vector_bin())
+    except RuntimeError as exc:
+        pytest.skip(f"PostgreSQL with pgvector could not be started: {exc}")
+    yield server
+    server.stop()
+    shutil.rmtree(server.base, ignore_errors=True)
+
+
+@pytest.fixture
+def pgvector_url(pgvector_server: Any) -> str:
+    """The url of a new, empty database on the session's PostgreSQL with pgvector."""
+    return str(pgvector_server.create_db())

@@ -4,7 +4,8 @@ unprivileged user (PostgreSQL refuses root), listening on loopback on a free por
 Which server: the first of these that is installed and has `pg_trgm` (grep's candidate
 filter), else the first installed at all — the `pgserver` wheel's bundled PostgreSQL
 (with pgvector), then Debian's `postgresql-15`. With none, the tests that need it skip
-and say why (`reason()`).
+and say why (`reason()`). The pgvector tests start the first that has pgvector
+(`vector_bin()`, `vector_reason()`).
 """
 
 from __future__ import annotations
@@ -32,19 +33,38 @@ def _bundled_bin() -> Path | None:
     return folder if (folder / "initdb").exists() else None
 
 
-def _has_trgm(bin_dir: Path) -> bool:
+def has_extension(bin_dir: Path, name: str) -> bool:
+    """Whether the PostgreSQL of `bin_dir` ships the extension `name` (pg_trgm, vector)."""
     share = subprocess.run([str(bin_dir / "pg_config"), "--sharedir"], capture_output=True,
                            text=True).stdout.strip() if (bin_dir / "pg_config").exists() else ""
     places = [Path(share)] if share else []
     places.append(bin_dir.parent / "share" / "postgresql")
-    return any((p / "extension" / "pg_trgm.control").exists() for p in places)
+    return any((p / "extension" / f"{name}.control").exists() for p in places)
+
+
+def _installed() -> list[Path]:
+    return [b for b in (_bundled_bin(), DEBIAN_BIN) if b is not None
+            and (b / "initdb").exists() and (b / "pg_ctl").exists()]
 
 
 def find_bin() -> Path | None:
-    found = [b for b in (_bundled_bin(), DEBIAN_BIN) if b is not None
-             and (b / "initdb").exists() and (b / "pg_ctl").exists()]
-    with_trgm = [b for b in found if _has_trgm(b)]
+    found = _installed()
+    with_trgm = [b for b in found if has_extension(b, "pg_trgm")]
     return (with_trgm or found or [None])[0]
+
+
+def vector_bin() -> Path | None:
+    """A PostgreSQL that has pgvector (the `pgserver` wheel's; Debian's with
+    postgresql-15-pgvector), or None."""
+    return next((b for b in _installed() if has_extension(b, "vector")), None)
+
+
+def vector_reason() -> str | None:
+    """Why no server with pgvector can be started here, or None when one can."""
+    if vector_bin() is None:
+        return ("no PostgreSQL with pgvector to start: install the pgserver wheel (the "
+                "test extra) or Debian's postgresql-15-pgvector")
+    return client_reason()
 
 
 def reason() -> str | None:
@@ -136,9 +156,10 @@ class Server:
         return self.url(name)
 
 
-def start_server() -> Server:
-    """A running server in a new temp folder (the caller stops it)."""
-    bin_dir = find_bin()
+def start_server(bin_dir: Path | None = None) -> Server:
+    """A running server (of `bin_dir`, else find_bin's) in a new temp folder (the caller
+    stops it)."""
+    bin_dir = bin_dir or find_bin()
     assert bin_dir is not None
     base = Path(tempfile.mkdtemp(prefix="loom-pg-"))
     server = Server(bin_dir, base)

@@ -148,7 +148,7 @@ def test_built_in_model_finds_an_english_note_for_an_italian_question(notes, loo
     assert hits[0]["path"] == "recipes/bread.md" and hits[0]["match"] == "semantic"
     status = json.loads(loom("status", "--json").stdout)["vectors"]
     assert status == {"enabled": True, "model": "local:use-multilingual-v3", "files": 9,
-                      "pending": 0, "stale": 0}
+                      "pending": 0, "stale": 0, "ranked_by": "loom"}
     assert "vectors: 9 files by local:use-multilingual-v3" in loom("status").stdout
 
 

@@ -185,11 +185,40 @@ def test_bad_tokens_are_refused_at_start_in_one_line(corpora, tokens, expected):
     assert len(run.stderr.splitlines()) == 1
 
 
-def test_tokens_need_a_corpus_root(loom_home):
+def test_tokens_naming_corpora_need_a_corpus_root(loom_home):
     run = start(tokens='{"t": "alice"}')
     assert run.returncode == 2
-    assert run.stderr == ("loom: $LOOM_HTTP_TOKENS gives each token a corpus of --corpus-root"
-                          " — start with --corpus-root DIR (one DIR/<name>/notes per corpus)\n")
+    assert run.stderr == ("loom: $LOOM_HTTP_TOKENS names corpora, and this server has one — "
+                          "start with --corpus-root DIR (one DIR/<name>/notes per corpus), "
+                          'or give each token "" (this server\'s corpus)\n')
+
+
+def test_tokens_of_the_one_corpus_keep_their_own_conversations(scanned_notes, loom_home):
+    """Without --corpus-root, token → "": each token reaches the server's one corpus, and
+    keeps conversations of its own (a file each here; on PostgreSQL, rows of its own:
+    test_pg_conversations.py)."""
+    with FakeLLM() as llm:
+        write(loom_home / "config.toml",
+              f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n')
+        s = Server("--processes", "1",
+                   env={"LOOM_HTTP_TOKENS": json.dumps({"t1": "", "t2": ""})})
+        try:
+            assert s.call("GET", "/files")[0] == 401
+            status, files = s.call("GET", "/files", token="t2")
+            assert status == 200 and len(files["files"]) == 9
+            status, first = s.call("POST", "/ask", {"question": "warp tension?"}, token="t1")
+            assert status == 200, first
+            cid = first["conversation_id"]
+            status, body = s.call("POST", "/ask", {"question": "more?",
+                                                   "conversation_id": cid}, token="t2")
+            assert status == 404 and f"no conversation {cid!r}" in body["error"], body
+            status, body = s.call("POST", "/ask", {"question": "more?",
+                                                   "conversation_id": cid}, token="t1")
+            assert status == 200 and body["conversation_id"] == cid, body
+        finally:
+            s.stop()
+    kept = sorted(p.name for p in loom_home.glob("conversations*.db"))
+    assert len(kept) == 1 and kept[0].startswith("conversations-") and "t1" not in kept[0]
 
 
 def test_team_tokens_count_as_a_token_off_loopback(corpora):

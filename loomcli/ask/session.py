@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.errors import ConfigError, LoomError
@@ -70,9 +69,11 @@ class Notes(Protocol):
 
 
 class Session:
-    """Asks over `notes`, whose conversations are kept in the file `conversations`."""
+    """Asks over `notes`, whose conversations `conversations(readonly)` opens (a file,
+    or the index's database: operations.Corpus.kept_conversations)."""
 
-    def __init__(self, notes: Notes, conversations: Path) -> None:
+    def __init__(self, notes: Notes,
+                 conversations: Callable[[bool], AbstractContextManager[Any]]) -> None:
         self.notes = notes
         self.conversations = conversations
 
@@ -158,9 +159,7 @@ class Session:
         (for --show-context: no summary is written, older turns are shortened)."""
         from loomcli import providers
         from loomcli.ask import history, turn
-        from loomcli.conversations import Conversations
-
-        with Conversations.open(self.conversations, readonly=True) as store:
+        with self.conversations(True) as store:
             conv = store.get(conversation_id)
         plan = turn.budget(self, providers.from_config(self.config), question, HISTORY_SHARE)
         return (history.retrieval_text(conv, question),
@@ -198,7 +197,7 @@ class Session:
         is made only when a model is needed (`model`: instead of [llm] model)."""
         from loomcli import providers
         from loomcli.ask import turn
-        from loomcli.conversations import Conversations, Later
+        from loomcli.conversations import Later
 
         settings = turn.Settings(top_k, mode, agent, self.config.get("ask.max_steps"),
                                  AGENT_MAX_CALLS, TOOL_RESULT_CHARS, HISTORY_SHARE)
@@ -210,14 +209,14 @@ class Session:
                 made.append(providers.from_config(cfg))
             return made[0]
 
-        def run(conv: Conversation | None, store: Conversations | Later | None) -> Answer:
+        def run(conv: Conversation | None, store: Conversations | Later | Any) -> Answer:
             return turn.run(self, chosen, question, conv, settings, store=store,
                             on_text=on_text, on_step=on_step, on_warning=on_warning,
                             clock=clock, on_sending=on_sending, on_progress=on_progress)
 
         if conversation_id is None:  # a new conversation: its file is made once a turn is kept
             return run(None, Later(self.conversations) if keep else None)
-        with Conversations.open(self.conversations, readonly=not keep) as store:
+        with self.conversations(not keep) as store:
             return run(store.get(conversation_id), store if keep else None)
 
     def ask_once(self, question: str, top_k: Any = None, *,

@@ -105,20 +105,24 @@ class VectorIndex:
 
     def top(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
         """The `limit` passages closest to the query, best first (of the files `among`
-        names, when given). Similarity is the cosine, clipped to [0, 1]."""
+        names, when given). Similarity is the cosine, clipped to [0, 1] once ranked: the
+        order is the cosine's, and an exact tie goes to the lower file id, then passage
+        (as ServerVectors orders what the database finds)."""
         import numpy as np
 
         if len(self) == 0 or self.dim != len(query):
             return []
-        sims = np.clip(self.similarities(query), 0.0, 1.0)
-        if among is not None:
-            sims = np.where(np.isin(self.ids, np.fromiter(among, dtype=np.int64)), sims, -1.0)
-        take = min(len(sims), limit)
-        top = np.argpartition(-sims, take - 1)[:take]
-        top = top[np.argsort(-sims[top], kind="stable")]
-        return [Passage(int(self.ids[i]), float(sims[i]), int(self.spans[i, 0]),
-                        int(self.spans[i, 1]), int(self.nth[i]))
-                for i in top.tolist() if sims[i] >= 0]
+        sims = self.similarities(query)
+        rows = np.arange(len(sims)) if among is None else np.flatnonzero(
+            np.isin(self.ids, np.fromiter(among, dtype=np.int64)))
+        take = min(len(rows), limit)
+        if take == 0:
+            return []
+        top = rows[np.argpartition(-sims[rows], take - 1)[:take]]
+        top = top[np.lexsort((self.nth[top], self.ids[top], -sims[top]))]
+        return [Passage(int(self.ids[i]), min(1.0, max(0.0, float(sims[i]))),
+                        int(self.spans[i, 0]), int(self.spans[i, 1]), int(self.nth[i]))
+                for i in top.tolist()]
 
     def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
         """The `limit` files closest to the query, each as its best passage (no bonus for
@@ -132,24 +136,67 @@ class VectorIndex:
         return list(best.values())
 
 
-_cache: dict[tuple[str, str, int], tuple[tuple[float, int], VectorIndex]] = {}
+class ServerVectors:
+    """The passage vectors of one model and size as the database ranks them (pgvector:
+    store/postgres_vectors.py): VectorIndex's answers, without loading the vectors.
+    `counts`: passages per file (kept with the index's generation, as VectorIndex is)."""
+
+    def __init__(self, store: Store, model: str, dim: int, counts: dict[int, int]) -> None:
+        self.store, self.model, self.dim, self.counts = store, model, dim, counts
+        self.size = sum(counts.values())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def passage_counts(self) -> dict[int, int]:
+        return self.counts
+
+    def top(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
+        """As VectorIndex.top: the closest passages, similarity clipped to [0, 1]."""
+        if self.size == 0 or self.dim != len(query):
+            return []
+        rows = self.store.nearest(self.model, self.dim, query, limit,
+                                  None if among is None else list(among)) or []
+        rows.sort(key=lambda r: (-r[4], r[0], r[1]))  # exact ties as VectorIndex.top has them
+        return [Passage(fid, min(1.0, max(0.0, score)), start, end, n)
+                for fid, n, start, end, score in rows]
+
+    def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
+        """As VectorIndex.rank: the `limit` files closest, each by its best passage."""
+        best: dict[int, Passage] = {}
+        for p in self.top(query, POOL, among):
+            if p.file_id not in best:
+                best[p.file_id] = p
+                if len(best) == limit:
+                    break
+        return list(best.values())
+
+
+_cache: dict[tuple[str, str, int], tuple[tuple[float, int], Any]] = {}
 _cache_lock = threading.Lock()
 
 
-def vector_index(store: Store, model: str, size: int) -> VectorIndex:
+def vector_index(store: Store, model: str, size: int) -> VectorIndex | ServerVectors:
     """The store's vectors of `model` with `size` numbers each (vectors are keyed by
     both: a server's model re-pulled under the same name may change size), kept between
-    calls in a long-running process and reloaded when a scan has changed any."""
+    calls in a long-running process and reloaded when a scan has changed any. Where the
+    database ranks vectors itself (pgvector), only how many passages each file has is
+    kept, and the ranking is asked of the database."""
     key = (store.location, model, size)
     generation = store.vector_generation()
+    server = store.vector_engine() != "loom"
     with _cache_lock:
         cached = _cache.get(key)
-        if cached and cached[0] == generation:
-            return cached[1]
-    index = VectorIndex(store, model, size)
-    with _cache_lock:
-        _cache[key] = (generation, index)
-    return index
+    if cached and cached[0] == generation and isinstance(cached[1], dict) == server:
+        kept = cached[1]
+    else:
+        kept = store.passage_counts(model, size) if server else VectorIndex(store, model, size)
+        with _cache_lock:
+            _cache[key] = (generation, kept)
+    if server:
+        return ServerVectors(store, model, size, kept)
+    assert isinstance(kept, VectorIndex)
+    return kept
 
 
 def passage_scores(store: Store, file_id: int, model: str, query: Any

@@ -10,7 +10,9 @@ What differs from the embedded store, and why:
 - BM25 is FTS5's (postgres_words.py): SQLite's own tokenizer makes the postings
   (term, document, column, positions), PostgreSQL stores them, loom scores them with
   FTS5's formula and weights. PostgreSQL's ts_rank is not BM25.
-- Vectors: bytes, ranked in loom as on SQLite.
+- Vectors: bytes, as on SQLite; where the server has pgvector, also one `vector` row per
+  passage with an HNSW index, and a search asks the server for the closest passages
+  (postgres_vectors.py); without it, ranked in loom as on SQLite.
 - A NUL character of a text (rare: a UTF-16 file may hold one) is stored as a space,
   which PostgreSQL's text type can hold; offsets and lines stay the same.
 - Locks: advisory locks (held by a session, released when its process dies), where the
@@ -41,6 +43,8 @@ from loomcli.migrations import (
     words_apart,
 )
 from loomcli.search.text import utf8_len
+from loomcli.store import postgres_conversations as pc
+from loomcli.store import postgres_vectors as pv
 from loomcli.store import postgres_words as bm
 from loomcli.store import sqlite as lite
 from loomcli.store.common import FILE_COLUMNS, Common
@@ -173,6 +177,8 @@ MIGRATIONS: list[tuple[str, Any]] = [
     ("001_initial", SCHEMA),
     ("002_trigrams", _trigram_index),
     ("003_compact_postings", COMPACT_POSTINGS),
+    ("004_pgvector", pv.migration),
+    ("005_conversations", pc.SCHEMA),
 ]
 
 
@@ -252,6 +258,9 @@ class PostgresStore(Common):
         self._bulk = False  # this scan dropped the postings' indexes (begin_scan)
         self._ids: list[int] = []  # file ids taken from the sequence, not used yet
         self._locked = False  # this store holds the write lock (write_lock)
+        self._pgvector: tuple[int, ...] | None = None  # pv.version, once asked
+        self._pgvector_asked = False
+        self._hnsw_set = False  # this session's hnsw.ef_search (pv.settings)
 
     # -- opening -----------------------------------------------------------------------
 
@@ -670,12 +679,20 @@ class PostgresStore(Common):
     def finish_scan(self, scan_id: int, report: dict[str, object]) -> None:
         self._make_indexes()
         super().finish_scan(scan_id, report)
+        self._index_vectors()
+
+    def _index_vectors(self) -> None:
+        """pgvector's HNSW index of each vector size the scan (or migration) stored
+        first: built once, over all of them (postgres_vectors.put)."""
+        if self.pgvector() is not None:
+            pv.index_sizes(self.pg, self.pgvector() or ())
 
     def check(self) -> None:
         self._q("SELECT count(*) FROM docs").fetchone()
 
     def optimize(self) -> None:
         self._make_indexes()
+        self._index_vectors()
         if not self.in_transaction:
             self._q("ANALYZE")
 
@@ -1052,6 +1069,8 @@ class PostgresStore(Common):
             "ON CONFLICT (file_id) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, "
             "spans = EXCLUDED.spans, vecs = EXCLUDED.vecs, scales = EXCLUDED.scales",
             (model, dim, spans, vecs, scales, file_id))
+        if cur.rowcount and self.pgvector() is not None:
+            pv.put(self.pg, file_id, model, dim, spans, vecs, scales)
         if cur.rowcount and spans:
             body = self.text_bytes(file_id)
             for n, text, grams in chunk_texts(body, spans):
@@ -1059,6 +1078,37 @@ class PostgresStore(Common):
 
     def vector_counts(self) -> dict[str, int]:
         return dict(self._q("SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+
+    def conversation_rows(self, owner: str) -> pc.ConversationRows:
+        """`owner`'s conversations, kept in this database (every server shares them)."""
+        return pc.ConversationRows(self.pg, owner)
+
+    def pgvector(self) -> tuple[int, ...] | None:
+        """pgvector's version when the server ranks the vectors (postgres_vectors.py),
+        else None. Asked once per connection."""
+        if not self._pgvector_asked:
+            self._pgvector, self._pgvector_asked = pv.version(self.pg), True
+        return self._pgvector
+
+    def vector_engine(self) -> str:
+        return "loom" if self.pgvector() is None else "pgvector"
+
+    def nearest(self, model: str, dim: int, query: Any, limit: int,
+                among: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int, int, float]] | None:
+        """The closest passages, ranked by pgvector (None without it: loom ranks)."""
+        version = self.pgvector()
+        if version is None:
+            return None
+        if not self._hnsw_set:
+            pv.settings(self.pg, version)
+            self._hnsw_set = True
+        return pv.nearest(self.pg, version, model, dim, query, limit, among)
+
+    def passage_counts(self, model: str, dim: int) -> dict[int, int]:
+        return {int(f): int(n) for f, n in self._q(
+            "SELECT file_id, length(scales) / 4 FROM vectors WHERE model = %s AND dim = %s",
+            (model, dim))}
 
     def vector_generation(self) -> tuple[float, int]:
         born, generation = self._q(

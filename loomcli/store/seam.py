@@ -260,6 +260,20 @@ class IndexStore(Protocol):
 
     def vector_counts(self) -> dict[str, int]: ...
 
+    def vector_engine(self) -> str:
+        """Who ranks the vectors: "loom" (semantic.VectorIndex, every vector in memory)
+        or "pgvector" (the server, through `nearest`)."""
+
+    def nearest(self, model: str, dim: int, query: Any, limit: int,
+                among: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int, int, float]] | None:
+        """(file id, passage number, start byte, end byte, similarity) of the `limit`
+        passages closest to `query`, best first, ranked by the database; None where the
+        database does not rank vectors (loom does: vector_engine)."""
+
+    def passage_counts(self, model: str, dim: int) -> dict[int, int]:
+        """How many passages each file has vectors for (of this model and size)."""
+
     def vector_generation(self) -> tuple[float, int]:
         """(the index's birth, vector writes since): a cached matrix is current while
         both are the same."""
@@ -283,6 +297,13 @@ class IndexStore(Protocol):
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]: ...
 
     def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]: ...
+
+    # -- conversations -------------------------------------------------------------------
+
+    def conversation_rows(self, owner: str) -> Any:
+        """`owner`'s conversations kept in this database (postgres_conversations.py's
+        ConversationRows), or None where they are kept in a file of their own (SQLite:
+        loomcli/conversations.py)."""
 
     # -- scans, status, failures ---------------------------------------------------------
 

@@ -679,6 +679,22 @@ class Store(Common):
         return dict(self.conn.execute(
             "SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
 
+    def conversation_rows(self, owner: str) -> None:
+        return None  # kept in a file of their own (loomcli/conversations.py)
+
+    def vector_engine(self) -> str:
+        return "loom"  # semantic.VectorIndex: every vector in one matrix, ranked in numpy
+
+    def nearest(self, model: str, dim: int, query: Any, limit: int,
+                among: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int, int, float]] | None:
+        return None  # ranked in loom (vector_engine)
+
+    def passage_counts(self, model: str, dim: int) -> dict[int, int]:
+        return dict(self.conn.execute(
+            "SELECT file_id, length(scales) / 4 FROM vectors WHERE model = ? AND dim = ?",
+            (model, dim)).fetchall())
+
     def vector_generation(self) -> tuple[float, int]:
         """Which vectors the index holds: its birth (when its first migration ran) and the
         count of vector writes since. The count alone starts again in a rebuilt index, where
