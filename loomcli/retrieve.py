@@ -10,7 +10,9 @@ best and those closest in meaning each get weight / (RRF_K + rank), a passage fo
 both gets both, and a file scores as its best passage (plus its rank among whole files
 by BM25, for files whose vectors are pending or whose words are spread out). A long
 manual thus competes with a short note passage for passage, not by the number of its
-pages. On top of the fusion four rules:
+pages. Ranks alone do not say how strong a match is: part of each file's score
+(STRENGTH) is how close its best passage is and how strongly BM25 matches it. On top of
+the fusion four rules:
 
 - no match means no match: a passage that only resembles the question must reach
   the floor (`floor()`: calibrated on nonsense and on the evaluation sets), else it is not a
