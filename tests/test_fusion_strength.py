@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def loom(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def home(tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[tuple[Path, FakeEmbeddings]]:
     base = tmp_path_factory.mktemp("strength")
     notes = base / "notes"
     # The note that answers, closest of all by meaning (0.90), sharing no word.
