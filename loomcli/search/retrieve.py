@@ -10,7 +10,9 @@ best and those closest in meaning each get weight / (RRF_K + rank), a passage fo
 both gets both, and a file scores as its best passage (plus its rank among whole files
 by BM25, for files whose vectors are pending or whose words are spread out). A long
 manual thus competes with a short note passage for passage, not by the number of its
-pages. On top of the fusion four rules:
+pages. Ranks alone do not say how strong a match is: part of each file's score
+(STRENGTH) is how close its best passage is and how strongly BM25 matches it. On top of
+the fusion four rules:
 
 - no match means no match: a passage that only resembles the question must reach
   the floor (`floor()`: calibrated on nonsense and on the evaluation sets), else it is not a
@@ -76,6 +78,14 @@ NEXT_PASSAGE_WEIGHT, PASSAGES_COUNTED = 0.6, 3
 # always, it lost 0.02-0.05 of the manual sets: there a short page that is merely close
 # would pass the manual that answers.
 SHORT_MARGIN = 0.03
+# Ranks alone hide how strong a match is: a note whose passage is the closest of all by
+# meaning scores barely more than one in fifth place, and a manual ranked fair-to-middling
+# in every list passes it. So STRENGTH of the fused score is how close each file's best
+# passage is (the cosine rescaled from the floor to the best of the query: 0 to 1) and how
+# strongly BM25 matches its best passage (over the best passage's score), STRENGTH_MEANING
+# of it the former (issue 31; chosen on the even-numbered questions of every set,
+# docs/benchmarks.md).
+STRENGTH, STRENGTH_MEANING = 0.15, 0.8
 CROSS_LANGUAGE_BM25 = 0.25  # BM25's weights when the question's language is not the texts'
 # The least cosine similarity of a passage found by meaning alone. What nonsense
 # reaches grows with the number of passages (the best of more chance similarities):
@@ -139,13 +149,14 @@ class Weights(Record):
     """The fusion's weights: module constants unless a benchmark tries others."""
 
     __slots__ = ("passage_bm25", "passage_vector", "file_bm25", "file_vector", "cross_language",
-                 "floor", "pins", "short_margin", "extra")
+                 "floor", "pins", "short_margin", "strength", "strength_meaning", "extra")
 
     def __init__(self, passage_bm25: float = PASSAGE_BM25_WEIGHT,
                  passage_vector: float = PASSAGE_VECTOR_WEIGHT, file_bm25: float = FILE_BM25_WEIGHT,
                  file_vector: float = FILE_VECTOR_WEIGHT,
                  cross_language: float = CROSS_LANGUAGE_BM25, floor: float | None = None,
                  pins: bool = True, short_margin: float | None = SHORT_MARGIN,
+                 strength: float = STRENGTH, strength_meaning: float = STRENGTH_MEANING,
                  extra: dict[str, Any] | None = None) -> None:
         self.passage_bm25 = passage_bm25
         self.passage_vector = passage_vector
@@ -155,6 +166,8 @@ class Weights(Record):
         self.floor = floor  # None: floor(index)
         self.pins = pins
         self.short_margin = short_margin  # None: short files never count again
+        self.strength = strength  # 0: ranks alone
+        self.strength_meaning = strength_meaning
         self.extra: dict[str, Any] = extra if extra is not None else {}
 
 
@@ -311,6 +324,7 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
             best[fid] = best.get(fid, 0.0) + w.file_vector / (RRF_K + rank)
     top = ((w.passage_bm25 + w.file_bm25) * scale + w.passage_vector + w.file_vector
            ) / (RRF_K + 1)
+    strong = _strength(lexical, pool, least, w, scale) if w.strength else {}
     near: dict[int, int] = {}
     for c in pool:
         near.setdefault(c.file_id, c.start)
@@ -320,7 +334,7 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
     out = []
     for fid, score in best.items():
         how = ("both" if fid in meaning else "bm25") if fid in lexical_files else "semantic"
-        norm = min(1.0, score / top)
+        norm = (1 - w.strength) * min(1.0, score / top) + strong.get(fid, 0.0)
         shown = 0.5 + 0.5 * norm if fid in tier else 0.5 * norm
         out.append(Ranked(fid, shown, how, None if fid in lexical_files else near[fid]))
     for fid in pinned:  # pinned by an identifier or phrase, outside every list
@@ -331,6 +345,31 @@ def hybrid(store: Store, index: Any, vector: Any, query: str, limit: int,
         by_words = [r.file_id for r in bm25(store, query, AGREED, among=among)]
         out = agreed_first(out, [f for f in by_words if f in by_meaning])
     return out[:limit]
+
+
+def _strength(lexical: list[tuple[int, int, float]], pool: list[Any], least: float,
+              w: Weights, scale: float) -> dict[int, float]:
+    """Each file's share of the fused score for how strong its best passages match
+    (STRENGTH): by meaning, its closest passage's cosine from `least` (0) to the query's
+    closest (1); by BM25, its best passage's score over the best one's. BM25 counts
+    `scale` as much (a question in another language than the texts leans on meaning)."""
+    meaning = w.strength_meaning
+    words = (1 - meaning) * scale
+    out: dict[int, float] = {}
+    if lexical and lexical[0][2] > 0:
+        high = lexical[0][2]
+        for fid, _, score in lexical:
+            out.setdefault(fid, words * max(0.0, score) / high)
+    if pool:
+        span = max(pool[0].score - least, 1e-6)
+        seen: set[int] = set()
+        for c in pool:
+            if c.file_id not in seen:
+                seen.add(c.file_id)
+                close = min(1.0, max(0.0, (c.score - least) / span))
+                out[c.file_id] = out.get(c.file_id, 0.0) + meaning * close
+    total = meaning + words
+    return {fid: w.strength * x / total for fid, x in out.items()}
 
 
 def _first_files(file_ids: Iterable[int], count: int) -> list[int]:

@@ -40,6 +40,13 @@ VARIANTS: dict[str, tuple[dict[str, float], dict[str, Any]]] = {
     "short margin 0": ({}, {"short_margin": 0.0}),
     "short margin 0.05": ({}, {"short_margin": 0.05}),
     "no short files filled": ({}, {"short_margin": None}),  # as before issue 31
+    "ranks alone": ({}, {"strength": 0.0}),  # before the strength term
+    "strength 0.1": ({}, {"strength": 0.1}),
+    "strength 0.2": ({}, {"strength": 0.2}),
+    "strength 0.3": ({}, {"strength": 0.3}),
+    "strength 0.15 m0.7": ({}, {"strength": 0.15, "strength_meaning": 0.7}),
+    "strength 0.2 m0.7": ({}, {"strength": 0.2, "strength_meaning": 0.7}),
+    "strength 0.15 m1": ({}, {"strength": 0.15, "strength_meaning": 1.0}),
 }
 
 
