@@ -127,13 +127,7 @@ class VectorIndex:
     def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
         """The `limit` files closest to the query, each as its best passage (no bonus for
         a long file's many passages: a file is as close as its closest part)."""
-        best: dict[int, Passage] = {}
-        for p in self.top(query, POOL, among):
-            if p.file_id not in best:
-                best[p.file_id] = p
-                if len(best) == limit:
-                    break
-        return list(best.values())
+        return best_per_file(self.top(query, POOL, among), limit)
 
 
 class ServerVectors:
@@ -163,13 +157,19 @@ class ServerVectors:
 
     def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
         """As VectorIndex.rank: the `limit` files closest, each by its best passage."""
-        best: dict[int, Passage] = {}
-        for p in self.top(query, POOL, among):
-            if p.file_id not in best:
-                best[p.file_id] = p
-                if len(best) == limit:
-                    break
-        return list(best.values())
+        return best_per_file(self.top(query, POOL, among), limit)
+
+
+def best_per_file(passages: list[Passage], limit: int) -> list[Passage]:
+    """The first `limit` files of passages ranked closest first, each by its first
+    (closest) passage."""
+    best: dict[int, Passage] = {}
+    for p in passages:
+        if p.file_id not in best:
+            best[p.file_id] = p
+            if len(best) == limit:
+                break
+    return list(best.values())
 
 
 _cache: dict[tuple[str, str, int], tuple[tuple[float, int], Any]] = {}
