@@ -7,30 +7,18 @@ pgserver wheel's (pgvector)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, write
 from tests.embed_server import FakeEmbeddings
+from tests.test_backends import loom
 
-LOOM = [sys.executable, "-m", "loomcli"]
 QUERIES = ("how do I bake bread", "garden plans for spring", "watchdog",
            "a loom for weaving cloth", "meeting at the café", "notes about linking pages")
 SCORE_ROUNDING = 2e-4  # loom ranks int8 rows against an int32 query (semantic.py)
-
-
-def loom(env: dict[str, str], *args: str, check: int | None = 0
-         ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*LOOM, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env}, stdin=subprocess.DEVNULL)
-    if check is not None:
-        assert proc.returncode == check, (args, proc.returncode, proc.stdout, proc.stderr)
-    return proc
 
 
 def has_pgvector(url: str) -> bool:
