@@ -112,7 +112,7 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
-def _strings(name: str, value: Any) -> list[str]:
+def _strings(name: str, value: Any, *, required: bool = True) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
@@ -121,7 +121,7 @@ def _strings(name: str, value: Any) -> list[str]:
         raise QueryError(f"{name} must be a string or a list of strings")
     if len(value) > GLOBS_MAX:
         raise QueryError(f"{name}: at most {GLOBS_MAX} entries")
-    return [_text(name, v) for v in value]
+    return [_text(name, v, required=required) for v in value]
 
 
 def _show(value: Any) -> str:
@@ -863,11 +863,11 @@ class Corpus:
         if case is not None and case not in CASES:
             raise QueryError(f"case must be one of {', '.join(CASES)}, got {_show(case)}")
         if isinstance(pattern, list | tuple):
-            patterns = _strings("pattern", list(pattern))
-            if not patterns or "" in patterns:
-                raise QueryError("pattern must not be empty")
-        elif _text("pattern", pattern, required=False) == "":
-            raise QueryError("pattern must not be empty")  # white space is a pattern (rg)
+            patterns = _strings("pattern", list(pattern), required=False)
+        else:
+            patterns = [_text("pattern", pattern, required=False)]
+        if not patterns or "" in patterns:  # white space is a pattern (rg)
+            raise QueryError("pattern must not be empty")
         chosen, unwanted = _strings("type", types), _strings("type_not", types_not)
         type_endings([*chosen, *unwanted])  # an unknown name is refused before reading
         return dict(pattern=pattern, path=None if path is None else check_index_path(path),
