@@ -216,7 +216,8 @@ def test_grep_prints_what_ripgrep_prints(corpus, case):
     (["-s", "--files-without-match"], "Ollama"), (["-q", "-i"], "loom"),
     (["-s"], ["warp", "tension"]),
     (["-i", "-c"], ["ollama", "watchdog", "the"]), (["-S", "-w", "-o"], ["Loom", "grep"]),
-    (["-F", "-s"], ["(at most", "e.g."]), (["-F", "-i", "-w", "-c"], ["lo", "    "]), (["-U", "-s"], r"loom\n\n"),
+    (["-F", "-s"], ["(at most", "e.g."]),
+    (["-F", "-i", "-w", "-c"], ["lo", "    "]), (["-U", "-s"], r"loom\n\n"),
     (["-U", "-i", "-c"], r"\w\n\n"), (["-U", "-s", "-l"], r"\.\n\n#"),
     (["-U", "-s", "-v"], r"\w\n\n"), (["-U", "-s", "-A", "1", "-B", "1"], r"\w\n\n"),
 ])
