@@ -193,3 +193,14 @@ def test_a_postgresql_index_made_before_gains_aliases(tmp_path, loom_home, monke
         conn.execute("DELETE FROM migrations WHERE name = '006_aliases'")
     assert links_of("journals/2026_03_14.md")["links"][0]["path"] == "pages/Gardening.md"
     assert links_of("pages/Plans.md")["links"][0]["path"] == "journals/2026_03_14.md"
+
+
+def test_a_copied_index_keeps_the_names_and_titles(tmp_path, loom_home, monkeypatch):
+    make_graph(tmp_path)
+    before = {n: links_of(n) for n in ("pages/Plans.md", "journals/2026_03_14.md",
+                                       "pages/Gardening.md")}
+    copy = tmp_path / "copy" / "index.db"
+    assert loom("migrate", "--to", str(copy)).returncode == 0
+    monkeypatch.setenv("LOOM_HOME", str(copy.parent))
+    assert {n: links_of(n) for n in before} == before
+    assert before["pages/Plans.md"]["links"][0]["path"] == "journals/2026_03_14.md"
