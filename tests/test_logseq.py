@@ -74,6 +74,14 @@ def test_daily_note_names_and_titles():
     assert page.names() == ["dw", "focus/time", "deep work"]
 
 
+def test_logseq_property_values_as_logseq_reads_them():
+    text = ("alias:: [[Veg Patch]] [[The Plot]]\ntags:: #garden #[[deep work]], food, "
+            "a [[b]]\n\n- body\n")
+    meta = markdown.parse(text)
+    assert meta.aliases == ["Veg Patch", "The Plot"]
+    assert meta.tags == ["garden", "deep work", "food", "a b"]
+
+
 # -- page properties and journals on a graph --------------------------------------------------
 
 def test_aliases_titles_and_journal_dates_answer_links(tmp_path, loom_home, backend):

@@ -300,10 +300,26 @@ def _logseq(text: str) -> tuple[int, dict[str, object]]:
             break
         name = _FIELD_KEYS.get(m.group(1).lower())
         if name:
-            values = [v.strip().strip("[]").lstrip("#") for v in _split_flow(m.group(2))]
-            out[name] = values if name != "title" else m.group(2).strip()
+            out[name] = _logseq_values(m.group(2)) if name != "title" else m.group(2).strip()
         pos = end
     return (pos, out) if pos else (0, {})
+
+
+# A page reference of a property's value: `[[a page]]`, `#[[a tag]]` or `#tag`.
+_LOGSEQ_REF = Lazy(r"#?\[\[([^\[\]\n]+)\]\]|#([^\s#,\[\]]+)")
+
+
+def _logseq_values(value: str) -> list[str]:
+    """A property's values: comma-separated (`a, [[b c]]`), or page references one after
+    another (`[[a]] [[b c]]`, `#a #b`), as Logseq reads them."""
+    out: list[str] = []
+    for item in _split_flow(value):
+        refs = list(_LOGSEQ_REF.finditer(item))
+        if refs and not _LOGSEQ_REF.sub("", item).strip():
+            out += [(r.group(1) or r.group(2)).strip() for r in refs]
+        else:
+            out.append(_LOGSEQ_REF.sub(lambda r: r.group(1) or r.group(2), item).strip())
+    return [v for v in out if v]
 
 
 def _one(value: object) -> str | None:
