@@ -137,7 +137,7 @@ def _copy_file(source: Store, dest: Store, root_id: int, row: FileRow) -> int | 
             from loomcli.extract import markdown
 
             if markdown.is_markdown(row.relpath):
-                note = markdown.parse(text)
+                note = markdown.parse(text, row.relpath)
         doc = Extracted(text, row.title, source.pages(row.id), note=note)
         del text
         new_id = dest.add_file(root_id, row.relpath, row.kind, row.size, row.mtime_ns,

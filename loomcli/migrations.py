@@ -106,10 +106,23 @@ NOTES_SCHEMA = """
 """
 
 
+# The other names a note answers `[[wikilinks]]` by (markdown.NoteMeta.names: its
+# aliases, its title, a journal's date as Logseq shows it), as link keys; a file's own
+# name wins over them (store.common). Notes indexed before get them from their stored
+# text, and a daily note its date title and words.
+ALIASES_SCHEMA = """
+    CREATE TABLE aliases (file_id INTEGER NOT NULL, name TEXT NOT NULL,
+                          PRIMARY KEY (file_id, name)) WITHOUT ROWID;
+    CREATE INDEX aliases_name ON aliases(name);
+"""
+
+
 def put_note(conn: sqlite3.Connection, file_id: int, relpath: str,
-             meta: markdown.NoteMeta | None, body: str | None = None) -> None:
-    """A file's rows in `notes`, `tags` and `links` (its link name, and for a Markdown
-    note what it says about itself; `body`: its text, for where the body starts)."""
+             meta: markdown.NoteMeta | None, body: str | None = None,
+             names: bool = True) -> None:
+    """A file's rows in `notes`, `tags`, `links` and `aliases` (its link name, and for a
+    Markdown note what it says about itself; `body`: its text, for where the body starts;
+    `names`: False before migration 013 made `aliases`)."""
     from loomcli.extract import markdown  # notes only: not on start-up
 
     at = chars = 0
@@ -132,6 +145,9 @@ def put_note(conn: sqlite3.Connection, file_id: int, relpath: str,
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(file_id, n, link.target, markdown.name_key(link.target), link.heading,
               link.alias, link.line) for n, link in enumerate(meta.links)])
+    if names and meta.names():
+        conn.executemany("INSERT INTO aliases (file_id, name) VALUES (?, ?)",
+                         [(file_id, name) for name in meta.names()])
 
 
 def _fill_notes(conn: sqlite3.Connection) -> None:
@@ -149,15 +165,49 @@ def _fill_notes(conn: sqlite3.Connection) -> None:
         (body,) = conn.execute("SELECT body FROM docs WHERE id = ?", (file_id,)).fetchone()
         meta = markdown.parse(body)
         if not (meta.body_start or meta.fields() or meta.title):
-            put_note(conn, file_id, relpath, meta, body)
+            put_note(conn, file_id, relpath, meta, body, names=False)
             continue
         conn.execute("INSERT INTO fts (fts, rowid, title, body, grams) VALUES ('delete', ?1, "
                      "(SELECT title FROM files WHERE id = ?1), "
                      "(SELECT body FROM docs WHERE id = ?1), "
                      "(SELECT grams FROM cjk WHERE id = ?1))", (file_id,))
-        put_note(conn, file_id, relpath, meta, body)
+        put_note(conn, file_id, relpath, meta, body, names=False)
         if meta.title:
             conn.execute("UPDATE files SET title = ? WHERE id = ?", (meta.title, file_id))
+        conn.execute("INSERT INTO fts (rowid, title, body, grams) VALUES (?1, "
+                     "(SELECT title FROM fts_source WHERE id = ?1), "
+                     "(SELECT body FROM fts_source WHERE id = ?1), "
+                     "(SELECT grams FROM fts_source WHERE id = ?1))", (file_id,))
+
+
+def _fill_aliases(conn: sqlite3.Connection) -> None:
+    """The other names of the notes indexed before (see ALIASES_SCHEMA), read from their
+    stored text: only the notes that may have one are read (front matter, fields, or a
+    date for a name). A daily note's title and fields change: it leaves the BM25 index
+    with its old values and comes back with the new ones."""
+    from loomcli.extract import markdown  # notes only: not on start-up
+
+    rows = conn.execute("SELECT f.id, f.relpath, n.body_at, n.fields FROM files f "
+                        "JOIN notes n ON n.file_id = f.id JOIN docs d ON d.id = f.id "
+                        "WHERE f.kind = 'note'").fetchall()
+    for file_id, relpath, body_at, fields in rows:
+        day = markdown.day_of(relpath) if markdown.is_markdown(relpath) else None
+        if not (day or body_at or fields):
+            continue
+        (body,) = conn.execute("SELECT body FROM docs WHERE id = ?", (file_id,)).fetchone()
+        meta = markdown.parse(body, relpath)
+        if day is None:
+            conn.executemany("INSERT INTO aliases (file_id, name) VALUES (?, ?)",
+                             [(file_id, name) for name in meta.names()])
+            continue
+        conn.execute("INSERT INTO fts (fts, rowid, title, body, grams) VALUES ('delete', "
+                     "?1, (SELECT title FROM fts_source WHERE id = ?1), "
+                     "(SELECT body FROM fts_source WHERE id = ?1), "
+                     "(SELECT grams FROM fts_source WHERE id = ?1))", (file_id,))
+        for table in ("notes", "tags", "links"):
+            conn.execute(f"DELETE FROM {table} WHERE file_id = ?", (file_id,))
+        put_note(conn, file_id, relpath, meta, body)
+        conn.execute("UPDATE files SET title = ? WHERE id = ?", (meta.title, file_id))
         conn.execute("INSERT INTO fts (rowid, title, body, grams) VALUES (?1, "
                      "(SELECT title FROM fts_source WHERE id = ?1), "
                      "(SELECT body FROM fts_source WHERE id = ?1), "
@@ -314,6 +364,7 @@ MIGRATIONS: list[tuple[str, str | Callable[[sqlite3.Connection], None]]] = [
     # acronyms, unstemmed. An index made before gets them for every text it holds.
     ("011_exact_words", _exact_words_011),
     ("012_notes", lambda conn: _run(conn, NOTES_SCHEMA, then=_fill_notes)),
+    ("013_aliases", lambda conn: _run(conn, ALIASES_SCHEMA, then=_fill_aliases)),
 ]
 
 

@@ -652,7 +652,8 @@ class Corpus:
                     text = store.text_bytes(h.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
                     near = self._near(store, h.file_id, text, query_vector)
                     part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4),
-                                   near=near, start=store.body_start(h.file_id)[1])
+                                   near=near, start=store.body_start(h.file_id)[1],
+                                   path=h.path)
                     hit.content, hit.truncated = part.text, part.cut
         return SearchResult(hits, warnings)
 

@@ -212,7 +212,7 @@ def test_logseq_graph(tmp_path, loom_home):
     assert paths("tomatoes")[0] == "pages/Gardening.md"
     assert "tags::" not in search("tomatoes")[0]["snippet"]
     back = json.loads(loom("links", "pages/Gardening.md", "--json").stdout)["backlinks"]
-    assert back == [{"path": "journals/2024_03_01.md", "title": "2024_03_01", "line": 1}]
+    assert back == [{"path": "journals/2024_03_01.md", "title": "Mar 1st, 2024", "line": 1}]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -309,7 +309,7 @@ def test_logseq_namespaces_and_tags_of_words(tmp_path, loom_home, backend):
     assert day["tags"] == ["deep work", "garden"]
     page = links_of("pages/projects___loom.md")
     assert page["title"] == "projects/loom" and page["tags"] == ["deep work", "work"]
-    assert page["backlinks"] == [{"path": "journals/2024_03_02.md", "title": "2024_03_02",
+    assert page["backlinks"] == [{"path": "journals/2024_03_02.md", "title": "Mar 2nd, 2024",
                                   "line": 1}]
     assert links_of("pages/loom.md")["backlinks"] == []
     assert links_of("pages/old%2Fnotes.md")["backlinks"][0]["line"] == 3

@@ -241,7 +241,7 @@ def _fit(hit: Hit, text: str, question: str, budget: int, share: int | None, hea
     # One excerpter for every try (the text is scanned once): what a smaller share sends
     # is inside what a larger one sends (a larger window never sends less of the answer).
     cutter = Excerpter(text, question, head_chars, near(hit.file_id, text) if near else None,
-                       body_start)
+                       body_start, hit.path)
     for _ in range(SHRINK_TRIES):
         block, part, pages = _block(hit, text, question, chars, head_chars, near,
                                     page_starts, body_start, cutter)
@@ -266,7 +266,7 @@ def _block(hit: Hit, text: str, question: str, chars: int, head_chars: int,
     provisional = f"## [{hit.path}{longest}] {hit.title}".rstrip()[:header_room] + "\n"
     if cutter is None:
         cutter = Excerpter(text, question, head_chars,
-                           near(hit.file_id, text) if near else None, body_start)
+                           near(hit.file_id, text) if near else None, body_start, hit.path)
     part = cutter.at(max(1, chars - len(provisional) - 1))
     pages: list[int] = []
     label = ""

@@ -68,22 +68,33 @@ class Link(Record):
 
 class NoteMeta(Record):
     """What a Markdown note says about itself. `body_start`: the character of the text
-    where the body starts (0: no front matter)."""
+    where the body starts (0: no front matter); `day`: the date a daily note is named by
+    (`2026-03-14`), else None."""
 
-    __slots__ = ("body_start", "title", "aliases", "tags", "links")
+    __slots__ = ("body_start", "title", "aliases", "tags", "links", "day")
 
     def __init__(self, body_start: int = 0, title: str | None = None,
                  aliases: list[str] | None = None, tags: list[str] | None = None,
-                 links: list[Link] | None = None) -> None:
+                 links: list[Link] | None = None, day: str | None = None) -> None:
         self.body_start = body_start
         self.title = title
         self.aliases = aliases or []
         self.tags = tags or []  # lower case, without `#`, each once
         self.links = links or []
+        self.day = day
 
     def fields(self) -> str:
-        """The searchable fields besides the title, one a line (tags' `/` as spaces)."""
-        return "\n".join([*self.aliases, *(t.replace("/", " ") for t in self.tags)])
+        """The searchable fields besides the title, one a line (tags' `/` as spaces; a
+        daily note's date as written and in words)."""
+        return "\n".join([*self.aliases, *(t.replace("/", " ") for t in self.tags),
+                          *(_day_words(self.day) if self.day else ())])
+
+    def names(self) -> list[str]:
+        """The other names `[[wikilinks]]` may name this note by (link keys, each once):
+        its aliases and its title (Logseq's page name is its `title::`; a journal's, its
+        date as Logseq shows it). A file's own name wins over them (store.common)."""
+        keys = [link_key(n) for n in [*self.aliases, *([self.title] if self.title else [])]]
+        return [k for k in dict.fromkeys(keys) if k][:TAGS_MAX]
 
 
 def is_markdown(relpath: str) -> bool:
@@ -91,11 +102,12 @@ def is_markdown(relpath: str) -> bool:
     return any(name.endswith(s) for s in MARKDOWN)
 
 
-def parse(text: str) -> NoteMeta:
-    """The front matter's fields, the tags and the links of a Markdown note."""
+def parse(text: str, relpath: str = "") -> NoteMeta:
+    """The front matter's fields, the tags and the links of a Markdown note (at
+    `relpath`: a daily note is titled by the date its name holds)."""
     body_start, values = front_matter(text)
-    meta = NoteMeta(body_start)
-    meta.title = _one(values.get("title"))
+    meta = NoteMeta(body_start, day=day_of(relpath))
+    meta.title = _one(values.get("title")) or (journal_title(meta.day) if meta.day else None)
     meta.aliases = _unique(_many(values.get("aliases"), split=","))
     tags = [t.lstrip("#") for t in _many(values.get("tags"), split=r"[,\s]+")]
     body = text[body_start:body_start + BODY_SCAN_CHARS]
@@ -153,6 +165,50 @@ def front_matter(text: str) -> tuple[int, dict[str, object]]:
             return 0, {}
         return close.end(), _toml(text[m.end():close.start()])
     return _logseq(text)
+
+
+# Daily notes: Logseq's journals are `journals/2026_03_14.md` (`:journal/file-name-format`
+# "yyyy_MM_dd"), Obsidian's `2026-03-14.md` (its Daily notes plugin's "YYYY-MM-DD"); any
+# note named by a date with `-`, `_` or `.` between its parts is one (a bare 20260314 is
+# as often an identifier).
+_DAY_NAME = Lazy(r"(\d{4})([-_.])(\d{2})\2(\d{2})")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def day_of(relpath: str) -> str | None:
+    """The ISO date a note's file name is (`journals/2026_03_14.md` -> `2026-03-14`), or
+    None (not a date, or no such day)."""
+    import datetime
+
+    stem = relpath.rpartition("/")[2]
+    stem = stem[:stem.rfind(".")] if "." in stem[1:] else stem
+    m = _DAY_NAME.fullmatch(stem) if len(stem) == 10 else None
+    if m is None:
+        return None
+    try:
+        return datetime.date(int(m.group(1)), int(m.group(3)), int(m.group(4))).isoformat()
+    except ValueError:
+        return None
+
+
+def journal_title(day: str) -> str:
+    """A daily note's title as Logseq shows a journal page by default
+    (`:journal/page-title-format "MMM do, yyyy"`): `2026-03-14` -> `Mar 14th, 2026`."""
+    year, month, d = (int(p) for p in day.split("-"))
+    suffix = "th" if 10 < d % 100 < 14 else {1: "st", 2: "nd", 3: "rd"}.get(d % 10, "th")
+    return f"{_MONTHS[month - 1][:3]} {d}{suffix}, {year}"
+
+
+def _day_words(day: str) -> list[str]:
+    """What a person may search a daily note by besides its title: the date as written
+    and in words, and that it is a journal (`2026-03-14`, `Saturday 14 March 2026`)."""
+    import datetime
+
+    when = datetime.date.fromisoformat(day)
+    return [day, f"{_WEEKDAYS[when.weekday()]} {when.day} {_MONTHS[when.month - 1]} "
+                 f"{when.year}", "daily journal"]
 
 
 def _yaml(block: str) -> dict[str, object]:
@@ -244,10 +300,26 @@ def _logseq(text: str) -> tuple[int, dict[str, object]]:
             break
         name = _FIELD_KEYS.get(m.group(1).lower())
         if name:
-            values = [v.strip().strip("[]").lstrip("#") for v in _split_flow(m.group(2))]
-            out[name] = values if name != "title" else m.group(2).strip()
+            out[name] = _logseq_values(m.group(2)) if name != "title" else m.group(2).strip()
         pos = end
     return (pos, out) if pos else (0, {})
+
+
+# A page reference of a property's value: `[[a page]]`, `#[[a tag]]` or `#tag`.
+_LOGSEQ_REF = Lazy(r"#?\[\[([^\[\]\n]+)\]\]|#([^\s#,\[\]]+)")
+
+
+def _logseq_values(value: str) -> list[str]:
+    """A property's values: comma-separated (`a, [[b c]]`), or page references one after
+    another (`[[a]] [[b c]]`, `#a #b`), as Logseq reads them."""
+    out: list[str] = []
+    for item in _split_flow(value):
+        refs = list(_LOGSEQ_REF.finditer(item))
+        if refs and not _LOGSEQ_REF.sub("", item).strip():
+            out += [(r.group(1) or r.group(2)).strip() for r in refs]
+        else:
+            out.append(_LOGSEQ_REF.sub(lambda r: r.group(1) or r.group(2), item).strip())
+    return [v for v in out if v]
 
 
 def _one(value: object) -> str | None:

@@ -163,7 +163,7 @@ def extract_note(data: bytes, relpath: str) -> Extracted:
     text = decode(data)
     if not markdown.is_markdown(relpath):
         return Extracted(text=text, title=title_of(text, relpath))
-    meta = markdown.parse(text)
+    meta = markdown.parse(text, relpath)
     title = meta.title or title_of(text[meta.body_start:meta.body_start + _TITLE_SCAN_CHARS],
                                    relpath)
     return Extracted(text=text, title=title, note=meta)

@@ -18,7 +18,7 @@ import re
 from bisect import bisect_left, bisect_right
 
 from loomcli.records import Record
-from loomcli.search.text import terms
+from loomcli.search.text import hide_metadata, squeeze_blank, terms
 
 MARK = "\n[...]\n"
 TERM_CAP = 3  # one term counts at most this many times in a window
@@ -215,12 +215,16 @@ class Excerpter:
     `near`: the file's passages as (start char, end char, similarity to the question),
     when it has vectors: the windows then also go where the meaning is closest.
     `start`: the character where the body starts (after a note's front matter, which is
-    left out); spans stay those of the whole text."""
+    left out); spans stay those of the whole text. `path`: the file's, for a Markdown
+    note's metadata in its body (Logseq's block properties and references), left out."""
 
     def __init__(self, text: str, question: str, head_chars: int = 1200,
-                 near: list[tuple[int, int, float]] | None = None, start: int = 0) -> None:
+                 near: list[tuple[int, int, float]] | None = None, start: int = 0,
+                 path: str = "") -> None:
         self.offset = max(0, start)
-        self.text = text[self.offset:] if self.offset else text
+        body = text[self.offset:] if self.offset else text
+        self.text = hide_metadata(body, path)
+        self.hidden = self.text is not body
         self.question = question
         self.head_chars = max(0, head_chars)
         self.near = [(max(0, a - self.offset), b - self.offset, s)
@@ -440,11 +444,14 @@ class Excerpter:
             assert len(out.text) <= budget, (len(out.text), budget)
         if self.offset:
             out.spans = [(a + self.offset, b + self.offset) for a, b in out.spans]
+        if self.hidden:
+            out.text = squeeze_blank(out.text)
         return out
 
 
 def excerpt(text: str, question: str, budget: int, head_chars: int = 1200,
-            near: list[tuple[int, int, float]] | None = None, start: int = 0) -> Excerpt:
+            near: list[tuple[int, int, float]] | None = None, start: int = 0,
+            path: str = "") -> Excerpt:
     """Fit `text` into `budget` characters: whole if it fits, else head + window(s); at a
     larger budget, the same and more (see Excerpter)."""
-    return Excerpter(text, question, head_chars, near, start).at(budget)
+    return Excerpter(text, question, head_chars, near, start, path).at(budget)

@@ -4,14 +4,20 @@ rows and byte ranges, text.py the snippet rule).
 
 Snippets are cut from a bounded part of each hit, not by the database (SQLite's
 snippet() reads and tokenizes the whole text: seconds for a long log); a note's from its
-body, after its front matter.
+body, after its front matter, without Logseq's block properties and block references.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 
-from loomcli.search.text import SNIPPET_SCAN_BYTES, query_words, snippet_at, utf8_len
+from loomcli.search.text import (
+    SNIPPET_SCAN_BYTES,
+    hide_metadata,
+    query_words,
+    snippet_at,
+    utf8_len,
+)
 from loomcli.store.rows import Hit
 
 TYPE_CHECKING = False  # typing's, without importing it (records.py)
@@ -37,7 +43,7 @@ def hits(store: IndexStore, ranked: list[tuple[int, float]], query: str,
         start = passage or body_at
         text = store.text_bytes(fid, start, NEAR_SNIPPET_BYTES if passage else
                                 SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
-        snippet, at = snippet_at(text, words)
+        snippet, at = snippet_at(hide_metadata(text, path), words)
         if passage and snippet and not snippet.startswith("…"):
             snippet = "…" + snippet
         offset = start + utf8_len(text[:at])

@@ -333,3 +333,34 @@ _CJK_SPACE = scripts.Lazy(f"(?<=[{_HAN_KANA}]) (?=[\x02\x03]*[{_HAN_KANA}])")
 
 def _cost(text: str, span: tuple[int, int]) -> float:
     return 1.0 if scripts.outside(text[span[0]]) else 1 / 3  # as CHAR.match(text, span[0])
+
+
+# Logseq's metadata inside a note's body: block properties (`id:: 64f1…`,
+# `collapsed:: true`, any `key:: value` line of a block) and block references
+# (`((64f1…))`, a uuid naming a block elsewhere). Snippets and excerpts leave them out;
+# the stored text keeps them (grep and get show the file as written).
+NOTE_SUFFIXES = (".md", ".markdown")
+_PROPERTY = scripts.Lazy(r"^[ \t]*(?:[-*+][ \t]+)?[A-Za-z][\w-]*::(?:[ \t].*)?$", re.M)
+_BLOCK_REF = scripts.Lazy(r"\(\(\s*[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\s*\)\)")
+
+
+def hide_metadata(text: str, path: str) -> str:
+    """`text` of the file at `path` with a Markdown note's block properties and block
+    references as spaces, each character one (offsets stay those of the text); any
+    other text as it is."""
+    if ("::" not in text and "((" not in text) or not path.lower().endswith(NOTE_SUFFIXES):
+        return text
+    if "::" in text:
+        text = _PROPERTY.sub(_spaces, text)
+    if "((" in text:
+        text = _BLOCK_REF.sub(_spaces, text)
+    return text
+
+
+def squeeze_blank(text: str) -> str:
+    """`text` without the lines hide_metadata left as spaces only."""
+    return re.sub(r"(?m)^[ \t]+\n", "", text) if " \n" in text or "\t\n" in text else text
+
+
+def _spaces(m: re.Match[str]) -> str:
+    return " " * len(m.group())

@@ -46,6 +46,8 @@ class Common:
         def _links_named(self, names: Sequence[str]
                          ) -> Iterable[tuple[int, int, str, str, int]]: ...
         def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
+        def _notes_aliased(self, keys: Sequence[str]) -> Iterable[tuple[int, int, str]]: ...
+        def _aliases(self, file_ids: Sequence[int]) -> Iterable[tuple[int, str]]: ...
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -118,7 +120,8 @@ class Common:
         Obsidian resolves it: by file name (a note's without `.md`), case-insensitively;
         a target with folders must end the file's path; a file in the note's own vault
         first (of several, the shortest path), else one elsewhere when the name is in
-        only one vault."""
+        only one vault. A name no file bears names the note that has it as an alias or
+        title (Logseq's `alias::`, `title::`, a journal's date), by the same rules."""
         row = self.file(source)
         seen: dict[Vault, Vault] = {}
         done: dict[str, int | None] = {}
@@ -154,9 +157,16 @@ class Common:
             for fid, rid, rel in rows:
                 if rid == root_id and markdown.link_key(rel) == key:
                     return fid
-        return markdown.best_link(
+        found = markdown.best_link(
             key, ((fid, self.display_path(rid, rel), self.vault(rid, rel, seen))
                   for fid, rid, rel in rows), here)
+        if found is not None or exact is not None:
+            return found
+        # An alias: matched whole (`[[a/b]]` names the note whose alias is `a/b`).
+        aliased = list(self._notes_aliased([key]))
+        return markdown.best_link(
+            "", ((fid, self.display_path(rid, rel), self.vault(rid, rel, seen))
+                 for fid, rid, rel in aliased), here) if aliased else None
 
     def backlinks(self, file_ids: Sequence[int]) -> dict[int, dict[int, int]]:
         """For each of these files, the notes that link to it: {file: {note: first line}}.
@@ -173,6 +183,8 @@ class Common:
                 names.update(markdown.names_linking(name))
             else:
                 names.add(name)
+        # the links that may name them by an alias (a link's name is its last part)
+        names.update(alias.rpartition("/")[2] for _, alias in self._aliases(file_ids))
         if not names:
             return out
         # every name's links in one statement; then one per distinct target resolved

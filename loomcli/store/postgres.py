@@ -173,12 +173,39 @@ DROP INDEX chunk_terms_term;
 CREATE INDEX chunk_terms_term ON chunk_terms (term);
 """
 
+def _fill_aliases(conn: Any) -> None:
+    """The other names a note answers `[[wikilinks]]` by (migrations.ALIASES_SCHEMA),
+    read from the head of the notes that may have one (front matter, fields, or a date
+    for a name). A daily note indexed before keeps its title and words until it is
+    scanned again (`loom scan --force`): its postings are not rewritten here."""
+    from loomcli.extract import markdown  # notes only: not on start-up
+
+    conn.execute("CREATE TABLE aliases (file_id bigint NOT NULL REFERENCES files(id) "
+                 "ON DELETE CASCADE, name text COLLATE \"C\" NOT NULL, "
+                 "PRIMARY KEY (file_id, name))")
+    conn.execute("CREATE INDEX aliases_name ON aliases(name)")
+    rows = conn.execute("SELECT f.id, f.relpath, n.body_at, n.fields FROM files f JOIN notes "
+                        "n ON n.file_id = f.id WHERE f.kind = 'note'").fetchall()
+    for file_id, relpath, body_at, fields in rows:
+        if not (body_at or fields or markdown.day_of(relpath)):
+            continue
+        (head,) = conn.execute("SELECT coalesce(string_agg(body, '' ORDER BY n), '') FROM "
+                               "blocks WHERE file_id = %s AND start <= %s",
+                               (file_id, 4 * markdown.FRONT_MAX_CHARS)).fetchone()
+        names = markdown.parse(head, relpath).names()
+        if names:
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO aliases (file_id, name) VALUES (%s, %s)",
+                                [(file_id, name) for name in names])
+
+
 MIGRATIONS: list[tuple[str, Any]] = [
     ("001_initial", SCHEMA),
     ("002_trigrams", _trigram_index),
     ("003_compact_postings", COMPACT_POSTINGS),
     ("004_pgvector", pv.migration),
     ("005_conversations", pc.SCHEMA),
+    ("006_aliases", _fill_aliases),
 ]
 
 
@@ -552,7 +579,8 @@ class PostgresStore(Common):
                    "docs": "id, pages, blocks", "blocks": "file_id, n, start, line, body",
                    "notes": "file_id, name, body_at, body_chars, fields",
                    "tags": "file_id, tag",
-                   "links": "file_id, n, target, name, heading, alias, line"}
+                   "links": "file_id, n, target, name, heading, alias, line",
+                   "aliases": "file_id, name"}
         if not self._pending:
             return
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
@@ -589,12 +617,14 @@ class PostgresStore(Common):
         self._pending.setdefault("links", []).extend(
             (file_id, n, link.target, markdown.name_key(link.target), link.heading,
              link.alias, link.line) for n, link in enumerate(meta.links))
+        self._pending.setdefault("aliases", []).extend(
+            (file_id, name) for name in meta.names())
 
     def _drop_text(self, file_id: int) -> None:
         self._flush()
         self._unindex("chunk", file_id)
         self._unindex("fts", file_id)
-        for table in ("notes", "tags", "links", "vectors"):
+        for table in ("notes", "tags", "links", "aliases", "vectors"):
             self._q(f"DELETE FROM {table} WHERE file_id = %s", (file_id,))
         self._q("DELETE FROM docs WHERE id = %s", (file_id,))  # its blocks with it
 
@@ -871,6 +901,16 @@ class PostgresStore(Common):
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f "
             "ON f.id = n.file_id WHERE n.name = ANY(%s) AND f.indexed_at IS NOT NULL",
             (list(names),)).fetchall()
+
+    def _notes_aliased(self, keys: Sequence[str]) -> Iterable[tuple[int, int, str]]:
+        return self._q(
+            "SELECT f.id, f.root_id, f.relpath FROM aliases a JOIN files f "
+            "ON f.id = a.file_id WHERE a.name = ANY(%s) AND f.indexed_at IS NOT NULL",
+            (list(keys),)).fetchall()
+
+    def _aliases(self, file_ids: Sequence[int]) -> Iterable[tuple[int, str]]:
+        return self._q("SELECT file_id, name FROM aliases WHERE file_id = ANY(%s)",
+                       (list(file_ids),)).fetchall()
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         return [(r[0], r[1], r[2], r[3]) for r in self._q(

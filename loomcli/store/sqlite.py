@@ -816,7 +816,7 @@ class Store(Common):
     # -- notes as notes: front matter, tags, links (extract/markdown.py) ---------------
 
     def _drop_note(self, file_id: int) -> None:
-        for table in ("notes", "tags", "links"):
+        for table in ("notes", "tags", "links", "aliases"):
             self.conn.execute(f"DELETE FROM {table} WHERE file_id = ?", (file_id,))
 
     def tagged(self, tags: Sequence[str]) -> list[int]:
@@ -851,6 +851,18 @@ class Store(Common):
             "SELECT f.id, f.root_id, f.relpath FROM notes n JOIN files f ON f.id = n.file_id "
             "WHERE n.name IN (SELECT value FROM json_each(?)) AND f.indexed_at IS NOT NULL",
             (json.dumps(list(names)),)).fetchall()
+
+    def _notes_aliased(self, keys: Sequence[str]) -> Iterable[tuple[int, int, str]]:
+        """(file id, root id, relpath) of the indexed notes with one of these aliases."""
+        return self.conn.execute(
+            "SELECT f.id, f.root_id, f.relpath FROM aliases a JOIN files f ON f.id = "
+            "a.file_id WHERE a.name IN (SELECT value FROM json_each(?)) "
+            "AND f.indexed_at IS NOT NULL", (json.dumps(list(keys)),)).fetchall()
+
+    def _aliases(self, file_ids: Sequence[int]) -> Iterable[tuple[int, str]]:
+        return self.conn.execute(
+            "SELECT file_id, name FROM aliases WHERE file_id IN (SELECT value FROM "
+            "json_each(?))", (json.dumps(list(file_ids)),)).fetchall()
 
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         """(target, heading, alias, line) of each link of a note, in its order."""
