@@ -10,7 +10,9 @@ Prints recall@1 / recall@5 / recall@10 / MRR@10 per set and language for each re
 how many questions have their target in the first 3 of both BM25 and the vectors but below
 3rd in hybrid; `--ranks` writes every question's rank in each list. `--half tune` takes
 the even-numbered questions of each set (first, third, …: the half recipes were chosen on),
-`--half held` the others (held out), both by default.
+`--half held` the others (held out), both by default. `--moves RECIPE` lists, for every
+other fused recipe, the questions whose target crossed rank 1, 5 or 10 against RECIPE
+(e.g. `--only "ranks alone" --moves "ranks alone"`: what the strength term won and lost).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=Path)
     ap.add_argument("--only", action="append", help="a variant to try (repeatable)")
     ap.add_argument("--half", choices=("tune", "held", "all"), default="all")
+    ap.add_argument("--moves", help="a recipe to compare the others with, question by question")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as in a loom process
 
@@ -124,6 +127,7 @@ def main() -> None:
         recipes.update({name: variant(*spec) for name, spec in VARIANTS.items()
                         if not args.only or name in args.only})
     ranks: dict[str, dict[str, int | None]] = {}
+    where: dict[str, str] = {}
     for name, fn in recipes.items():
         line = f"{name:<22}"
         for set_name, qs in sets.items():
@@ -132,6 +136,7 @@ def main() -> None:
                 got = fn(q["q"], vectors[q["q"]])
                 rank = next((i for i, p in enumerate(got[:10], 1) if p in q["targets"]), None)
                 ranks.setdefault(q["q"], {})[name] = rank
+                where[q["q"]] = f"{set_name}-{q.get('lang', '')}"
                 by_lang.setdefault(q.get("lang", ""), []).append(rank)
             for lang, rs in sorted(by_lang.items()):
                 at = [sum(1 for r in rs if r and r <= k) / len(rs) for k in (1, 5, 10)]
@@ -144,9 +149,29 @@ def main() -> None:
     print(f"target in both lists' first 3, below 3rd in hybrid: {len(worse)}")
     for q, r in worse:
         print(f"  {q!r}: bm25 {r['bm25']}, semantic {r['semantic']}, hybrid {r['hybrid']}")
+    if args.moves:
+        moves(ranks, where, args.moves)
     if args.ranks:
         args.ranks.write_text(json.dumps(ranks, indent=1))
 
 
+def moves(ranks: dict[str, dict[str, int | None]], where: dict[str, str], base: str) -> None:
+    """Per fused recipe: how many targets moved up and down against `base`, and each
+    question whose target crossed rank 1, 5 or 10 (won or lost)."""
+    for name in next(iter(ranks.values())):
+        if name in ("bm25", "semantic", base):
+            continue
+        up = sum(1 for r in ranks.values() if (r[name] or 99) < (r[base] or 99))
+        down = sum(1 for r in ranks.values() if (r[name] or 99) > (r[base] or 99))
+        print(f"{name} against {base}: {up} up, {down} down")
+        for q, r in ranks.items():
+            a, b = r[base] or 99, r[name] or 99
+            crossed = next((k for k in (1, 5, 10) if min(a, b) <= k < max(a, b)), None)
+            if crossed:
+                verb = "won" if b < a else "lost"
+                print(f"  {verb} @{crossed} {r[base]} -> {r[name]} [{where[q]}] {q}")
+
+
 if __name__ == "__main__":
     main()
+
