@@ -475,3 +475,85 @@ def test_an_index_with_the_older_postings_is_made_compact_in_place(
         assert [f for f, _ in got] == [f for f, _ in expected] and got, words
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
     pg.close()
+
+
+class _Rows(_Counting):
+    """_Counting that also counts the rows the server sends back."""
+
+    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(conn)
+        self.rows = 0
+
+    def _counted(self, cur):  # type: ignore[no-untyped-def]
+        rows = cur.fetchall() if cur.description else []
+        self.rows += len(rows)
+        return rows
+
+    def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        return _Fetched(self._counted(self.conn.execute(*args, **kwargs)))
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        outer = self
+
+        class Cursor:
+            def __init__(self) -> None:
+                self.cur = outer.conn.cursor(*args, **kwargs)
+
+            def __enter__(self):  # type: ignore[no-untyped-def]
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.cur.close()
+
+            def execute(self, *a, **k):  # type: ignore[no-untyped-def]
+                return _Fetched(outer._counted(self.cur.execute(*a, **k)))
+
+        return Cursor()
+
+
+class _Fetched(list):  # type: ignore[type-arg]
+    def fetchall(self):  # type: ignore[no-untyped-def]
+        return list(self)
+
+    def fetchone(self):  # type: ignore[no-untyped-def]
+        return self[0] if self else None
+
+
+def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
+                                                                       pg_url) -> None:
+    """A literal in every one of 600 files: grep asks for at most 65 candidate blocks,
+    then reads the files in path order a group at a time and stops at its limit — the
+    rows it reads do not grow with the files that match (it asked the server for every
+    candidate block, then read 500 files' texts). A rare literal is one indexed lookup.
+    The lines are SQLite's, also with texts not in grep's index yet."""
+    from loomcli.search import grep as grep_mod
+
+    for n in range(600):
+        write(tmp_path / "d" / f"n{n:03}.md", f"# Note {n}\nthe loom weaves\n"
+              + ("a rare zebra\n" if n in (7, 450) else ""))
+    stores = _stores(tmp_path, pg_url, tmp_path / "d")
+    pg, lite = stores["postgresql"], stores["sqlite"]
+    counting = _Rows(pg.pg)
+    pg.pg = counting
+    for pattern, limit in (("loom", 20), ("weaves", 1), ("zebra", 20)):
+        counting.sent = counting.rows = 0
+        got = grep_mod.grep(pg, pattern, limit=limit)
+        assert got == grep_mod.grep(lite, pattern, limit=limit) and got.matches, pattern
+        assert counting.rows < 150, (pattern, counting.rows)  # 65 + 1 + 32 + 32
+        assert counting.sent <= 5, (pattern, counting.sent)
+    counting.sent = counting.rows = 0
+    assert [m.path for m in grep_mod.grep(pg, "zebra", limit=20).matches] == [
+        "n007.md", "n450.md"]
+    assert counting.sent <= 4  # the lookup (its candidates), the roots, the files, their texts
+    every = grep_mod.grep(pg, "loom")  # no limit: every group, in path order
+    assert every == grep_mod.grep(lite, "loom") and len(every.matches) == 600
+    pg.pg = counting.conn
+    pg._q("UPDATE blocks SET indexed = false WHERE file_id IN (SELECT id FROM files "
+          "WHERE relpath >= 'n300')")  # as before grep's index builder gets to them
+    for pattern in ("loom", "zebra"):
+        assert grep_mod.grep(pg, pattern) == grep_mod.grep(lite, pattern)
+        assert grep_mod.grep(pg, pattern, context=1) == grep_mod.grep(lite, pattern, context=1)
+    pg.close()
+    lite.close()

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any
 
+    from loomcli.search.trigrams import Need
+
 FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
                 "indexed_at, error, skip, ocr")
 
@@ -46,6 +48,21 @@ class Common:
         def _links_named(self, names: Sequence[str]
                          ) -> Iterable[tuple[int, int, str, str, int]]: ...
         def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
+        def candidates(self, need: Need) -> dict[int, set[int] | None]: ...
+        def iter_texts(self, file_ids: list[int] | None = None,
+                       wanted: dict[int, set[int] | None] | None = None,
+                       by_blocks: bool = False
+                       ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                           str | None]]: ...
+
+    def grep_texts(self, need: Need, file_ids: list[int] | None, by_blocks: bool
+                   ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                       str | None]]:
+        """The seam's: the candidates in one statement, then their texts (SQLite's
+        trigram index answers a common literal in milliseconds)."""
+        holding = self.candidates(need)
+        ids = [fid for fid in (holding if file_ids is None else file_ids) if fid in holding]
+        return self.iter_texts(ids, holding, by_blocks)
 
     def __exit__(self, *exc: object) -> None:
         self.close()

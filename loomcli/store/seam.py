@@ -240,6 +240,13 @@ class IndexStore(Protocol):
         superset of where the pattern can match; a text not in the trigram index yet is
         a candidate whole (None: every block). One snapshot."""
 
+    def grep_texts(self, need: Need, file_ids: list[int] | None, by_blocks: bool
+                   ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                       str | None]]:
+        """iter_texts of the candidates of `need` among `file_ids` (None: all), in path
+        order, as they are read: a reader that stops (grep's limit, -l, -q) stops the
+        reading. With `by_blocks` only the candidate blocks of a text."""
+
     def grams_pending(self) -> tuple[int, int]:
         """(files, bytes of text) not in grep's trigram index yet."""
 
