@@ -557,3 +557,41 @@ def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
         assert grep_mod.grep(pg, pattern, context=1) == grep_mod.grep(lite, pattern, context=1)
     pg.close()
     lite.close()
+
+
+def test_a_bm25_search_is_a_handful_of_statements(tmp_path, pg_url, data,
+                                                  monkeypatch) -> None:
+    """A server's warm search: its rankings (every word, any word, the rare words'
+    frequencies) share one postings read, the file count comes with it, the hits' rows
+    bring their pages and note rows, and every hit's snippet and excerpt text is one
+    statement each (it was about 30: one per ranking, per frequency, per hit's text,
+    pages and note row). The hits are SQLite's, excerpts included. (Backlinks still
+    resolve each distinct link target with a statement: the vault is left out here.)"""
+    from loomcli import config as config_mod
+    from loomcli.operations import Corpus
+
+    data = [d for d in data if d.name != "vault"]
+    _stores(tmp_path, pg_url, *data)["postgresql"].close()
+    monkeypatch.setenv("LOOM_HOME", str(tmp_path / "home"))
+    lite = Corpus(config_mod.load(), roots=data, db_path=tmp_path / "index.db")
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    server = Corpus(config_mod.load(), keep_open=True)
+    assert server.location == pg_url
+    compared = 0
+    for query in ("loom idea", "sourdough bread recipe", "the garden", "watchdog"):
+        server.search(query, limit=5, mode="bm25")  # the connection opened, roots read
+        with server.store() as store:
+            counting = _Counting(store.pg)
+            store.pg = counting
+            try:
+                for chars in (None, 600):
+                    before = counting.sent
+                    got = server.search(query, limit=5, excerpt_chars=chars, mode="bm25")
+                    assert counting.sent - before <= (6 if chars is None else 7), \
+                        (query, chars, counting.sent - before)
+                    expected = lite.search(query, limit=5, excerpt_chars=chars, mode="bm25")
+                    assert got.to_dict() == expected.to_dict(), query
+                    compared += bool(got.hits)
+            finally:
+                store.pg = counting.conn
+    assert compared >= 6

@@ -49,6 +49,8 @@ class Common:
                          ) -> Iterable[tuple[int, int, str, str, int]]: ...
         def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
         def candidates(self, need: Need) -> dict[int, set[int] | None]: ...
+        def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None
+                       ) -> bytes: ...
         def iter_texts(self, file_ids: list[int] | None = None,
                        wanted: dict[int, set[int] | None] | None = None,
                        by_blocks: bool = False
@@ -63,6 +65,10 @@ class Common:
         holding = self.candidates(need)
         ids = [fid for fid in (holding if file_ids is None else file_ids) if fid in holding]
         return self.iter_texts(ids, holding, by_blocks)
+
+    def text_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> list[bytes]:
+        """The seam's: one text_bytes each (SQLite has no round trips to save)."""
+        return [self.text_bytes(fid, offset, length) for fid, offset, length in ranges]
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -264,6 +264,9 @@ class PostgresStore(Common):
         self._pgvector: tuple[int, ...] | None = None  # pv.version, once asked
         self._pgvector_asked = False
         self._hnsw_set = False  # this session's hnsw.ef_search (pv.settings)
+        # What one request (a guard() scope) has read, so that it asks once: postings by
+        # term, the file count, each hit's pages and note row. None outside a scope.
+        self._read: dict[Any, Any] | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -345,10 +348,23 @@ class PostgresStore(Common):
         as one line saying what to do."""
         import psycopg
 
+        outer = self._read is None
+        if outer:  # a request: the BM25 totals asked again with its first ranking
+            self._read, self._stats = {}, {}
         try:
             yield
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
+        finally:
+            if outer:
+                self._read = None
+
+    def _memo(self) -> dict[Any, Any] | None:
+        """This request's reads (guard), None while writing: a scan's reads see its own
+        rows."""
+        if self._read is None or self._locked or self._pending or self.in_transaction:
+            return None
+        return self._read
 
     # -- locks (locks.py's, as advisory locks) --------------------------------------------
 
@@ -914,6 +930,10 @@ class PostgresStore(Common):
         return data[start:] if length is None else data[start:start + length]
 
     def pages(self, file_id: int) -> list[int] | None:
+        memo = self._memo()
+        if memo is not None and ("file", file_id) in memo:  # read with the hits
+            pages = memo[("file", file_id)][0]
+            return json.loads(pages) if pages else None
         self._flush()
         row = self._q("SELECT pages FROM docs WHERE id = %s", (file_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
@@ -953,6 +973,10 @@ class PostgresStore(Common):
             (file_id,))]
 
     def _names(self, file_ids: Sequence[int]) -> dict[int, str]:
+        memo = self._memo()
+        if memo is not None and all(("file", f) in memo for f in file_ids):
+            return {f: memo[("file", f)][1] for f in file_ids
+                    if memo[("file", f)][1] is not None}
         return dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
                             (list(file_ids),)).fetchall())
 
@@ -989,25 +1013,25 @@ class PostgresStore(Common):
         found: dict[int, dict[int, float]] = {i: {} for i in range(len(order))}
         if not exact and not starts:
             return found, {}
-        conds: list[str] = ["t.term = ANY(%s)"]
-        params: list[Any] = [exact]
-        for token in starts:
-            conds.append("(t.term >= %s AND t.term < %s)")
-            params += [token, token + "\U0010ffff"]
-        positions = "t.pos" if any(len(ts) > 1 for ts in tokens) else "NULL"
-        totals = lengths and (table not in self._stats or self.in_transaction)
-        sql = ("SELECT " + ("n.docs, n.tokens, " if totals else "")
-               + f"t.term, t.doc, t.col, t.tf, {positions}, "
-               + (f"l.total FROM {table}_terms t LEFT JOIN {table}_len l ON l.doc = t.doc"
-                  if lengths else f"NULL FROM {table}_terms t")
-               + (" CROSS JOIN (SELECT count(*) AS docs, coalesce(sum(total), 0) AS tokens "
-                  f"FROM {table}_len) n" if totals else "")
-               + f" WHERE {' OR '.join(conds)}")
-        rows = self._q(sql, params).fetchall()
-        if totals and rows:
-            self._stats[table] = (int(rows[0][0]), int(rows[0][1]))
-        if totals:
-            rows = [r[2:] for r in rows]
+        with_pos = any(len(ts) > 1 for ts in tokens)
+        memo = self._memo()
+        keys = [("=", t) for t in exact] + [(">", t) for t in starts]
+        known = {} if memo is None else {k: memo[("post", table, k)] for k in keys
+                                         if ("post", table, k) in memo}
+        missing = [k for k in keys if k not in known or known[k][0] < with_pos
+                   or known[k][1] < lengths]
+        rows: list[Any] = []
+        if missing:
+            rows = self._postings(table, missing, with_pos, lengths)
+            if memo is not None:
+                for key in missing:
+                    memo[("post", table, key)] = (with_pos, lengths,
+                                                  [r for r in rows if _holds(key, r[0])])
+        seen = {(r[0], r[1], r[2]) for r in rows}
+        for key, (_, _, kept) in known.items():
+            if key not in missing:
+                rows += [r for r in kept if (r[0], r[1], r[2]) not in seen]
+                seen.update((r[0], r[1], r[2]) for r in kept)
         size = {doc: int(total) for _, doc, _, _, _, total in rows if total is not None}
         for i, (phrase, toks) in enumerate(zip(order, tokens, strict=True)):
             if not toks:
@@ -1032,6 +1056,36 @@ class PostgresStore(Common):
             for (doc, col), n in hits.items():
                 out[doc] = out.get(doc, 0.0) + weights[col] * n
         return found, size
+
+    def _postings(self, table: str, keys: list[tuple[str, str]], with_pos: bool,
+                  lengths: bool) -> list[Any]:
+        """The postings rows (term, doc, col, tf, positions, doc length) of these terms
+        (`=`) and term prefixes (`>`), in one statement; with the table's totals, and the
+        file count, when this request has not asked for them yet."""
+        exact = [t for kind, t in keys if kind == "="]
+        conds: list[str] = ["t.term = ANY(%s)"]
+        params: list[Any] = [exact]
+        for kind, token in keys:
+            if kind == ">":
+                conds.append("(t.term >= %s AND t.term < %s)")
+                params += [token, token + "\U0010ffff"]
+        positions = "t.pos" if with_pos else "NULL"
+        totals = lengths and (table not in self._stats or self.in_transaction)
+        sql = ("SELECT " + ("n.docs, n.tokens, n.files, " if totals else "")
+               + f"t.term, t.doc, t.col, t.tf, {positions}, "
+               + (f"l.total FROM {table}_terms t LEFT JOIN {table}_len l ON l.doc = t.doc"
+                  if lengths else f"NULL FROM {table}_terms t")
+               + (" CROSS JOIN (SELECT count(*) AS docs, coalesce(sum(total), 0) AS tokens, "
+                  f"(SELECT count(*) FROM docs) AS files FROM {table}_len) n"
+                  if totals else "")
+               + f" WHERE {' OR '.join(conds)}")
+        rows = self._q(sql, params).fetchall()
+        if totals and rows:
+            self._stats[table] = (int(rows[0][0]), int(rows[0][1]))
+            memo = self._memo()
+            if memo is not None:
+                memo["files"] = int(rows[0][2])
+        return [r[3:] for r in rows] if totals else rows
 
     def _bm25(self, table: str, match: str, columns: tuple[str, ...],
               weights: tuple[float, ...], among: Sequence[int] | None,
@@ -1084,16 +1138,52 @@ class PostgresStore(Common):
         return min(cap, len(bm.matching(tree, found, order)))
 
     def file_count(self) -> int:
+        memo = self._memo()
+        if memo is not None and "files" in memo:  # with this request's first ranking
+            return int(memo["files"])
         self._flush()
         return int(self._q("SELECT count(*) FROM docs").fetchone()[0])
 
     def hits_for(self, file_ids: list[int]) -> dict[int, tuple[str, str, int, int]]:
+        """The seam's; with each file's pages and note row kept for this request (the
+        hits' pages, backlinks and excerpts ask for them next)."""
         out = {}
-        for fid, root_id, rel, title, n, body_at in self._q(
+        memo = self._memo()
+        for fid, root_id, rel, title, n, body_at, body_chars, name, pages in self._q(
                 "SELECT f.id, f.root_id, f.relpath, f.title, f.content_len, "
-                "coalesce(n.body_at, 0) FROM files f LEFT JOIN notes n ON n.file_id = f.id "
-                "WHERE f.id = ANY(%s)", (list(file_ids),)):
+                "coalesce(n.body_at, 0), coalesce(n.body_chars, 0), n.name, d.pages "
+                "FROM files f LEFT JOIN notes n ON n.file_id = f.id LEFT JOIN docs d "
+                "ON d.id = f.id WHERE f.id = ANY(%s)", (list(file_ids),)):
             out[fid] = (self.display_path(root_id, rel), title, int(n), int(body_at))
+            if memo is not None:
+                memo[("file", fid)] = (pages, name, (int(body_at), int(body_chars)))
+        return out
+
+    def text_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> list[bytes]:
+        """The seam's, in one statement: each range's blocks (text_bytes')."""
+        self._flush()
+        if not ranges:
+            return []
+        sql = ("SELECT r.k, b.start, convert_to(b.body, 'UTF8') FROM unnest("
+               "%s::bigint[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS r(fid, lo, hi, k) "
+               "JOIN blocks b ON b.file_id = r.fid AND b.start <= r.hi AND b.n >= (SELECT "
+               "coalesce(max(n), 0) FROM blocks WHERE file_id = r.fid AND start <= r.lo) "
+               "ORDER BY r.k, b.n")
+        starts = [max(o, 0) for _, o, _ in ranges]
+        ends = [o + max(n, 0) for o, (_, _, n) in zip(starts, ranges, strict=True)]
+        with self.pg.cursor(binary=True) as cur:
+            rows = cur.execute(sql, [[f for f, _, _ in ranges], starts, ends]).fetchall()
+        parts: dict[int, list[Any]] = {}
+        for k, start, body in rows:
+            parts.setdefault(int(k) - 1, []).append((int(start), bytes(body)))
+        out = []
+        for i, (offset, end) in enumerate(zip(starts, ends, strict=True)):
+            got = parts.get(i)
+            if not got:
+                out.append(b"")
+                continue
+            data = b"".join(b for _, b in got)
+            out.append(data[offset - got[0][0]:end - got[0][0]])
         return out
 
     def status(self) -> dict[str, object]:
@@ -1198,6 +1288,12 @@ class PostgresStore(Common):
                 "AND (%s::integer IS NULL OR dim = %s)", (model, dim, dim)):
             yield fid, d, bytes(spans), bytes(vecs), bytes(scales)
 
+    def body_start(self, file_id: int) -> tuple[int, int]:
+        memo = self._memo()
+        if memo is not None and ("file", file_id) in memo:  # read with the hits
+            return tuple(memo[("file", file_id)][2])
+        return super().body_start(file_id)
+
     def vectors_of(self, file_id: int, model: str) -> tuple[int, bytes, bytes, bytes] | None:
         row = self._q("SELECT dim, spans, vecs, scales FROM vectors WHERE file_id = %s "
                       "AND model = %s", (file_id, model)).fetchone()
@@ -1239,6 +1335,12 @@ class _Turns:
 
     def close(self) -> None:
         self.store._q("SELECT pg_advisory_unlock_shared(%s)", (BUILDER_LOCK,))
+
+
+def _holds(key: tuple[str, str], term: str) -> bool:
+    """Whether a postings row of `term` answers a key of _postings."""
+    kind, token = key
+    return term == token if kind == "=" else token <= term < token + "\U0010ffff"
 
 
 _ASCII_RUN = re.compile(r"[\x01-\x7f]{3,}")  # (a NUL is no text PostgreSQL holds)

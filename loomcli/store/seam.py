@@ -204,6 +204,10 @@ class IndexStore(Protocol):
         """A byte range of a file's UTF-8 text, at the cost of the range (b"" when the
         file is gone)."""
 
+    def text_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> list[bytes]:
+        """text_bytes of each (file id, offset, length): a page of hits' snippets or
+        excerpts at once (one round trip on a server)."""
+
     def pages(self, file_id: int) -> list[int] | None:
         """Where each page of a PDF starts (byte offsets), else None."""
 
