@@ -532,7 +532,8 @@ def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
 
     for n in range(600):
         write(tmp_path / "d" / f"n{n:03}.md", f"# Note {n}\nthe loom weaves\n"
-              + ("a rare zebra\n" if n in (7, 450) else ""))
+              + ("a rare zebra\n" if n in (7, 450) else "")
+              + ("a sparse kudu\n" if n % 6 == 5 else ""))
     stores = _stores(tmp_path, pg_url, tmp_path / "d")
     pg, lite = stores["postgresql"], stores["sqlite"]
     counting = _Rows(pg.pg)
@@ -549,6 +550,12 @@ def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
     assert counting.sent <= 4  # the lookup (its candidates), the roots, the files, their texts
     every = grep_mod.grep(pg, "loom")  # no limit: every group, in path order
     assert every == grep_mod.grep(lite, "loom") and len(every.matches) == 600
+    for limit in (20, None):  # in a sixth of the files: past the first group, the index
+        counting.sent = 0     # names the rest at once
+        sparse = grep_mod.grep(pg, "kudu", limit=limit)
+        assert sparse == grep_mod.grep(lite, "kudu", limit=limit)
+        assert len(sparse.matches) == (20 if limit else 100)
+        assert counting.sent <= 8, counting.sent
     pg.pg = counting.conn
     pg._q("UPDATE blocks SET indexed = false WHERE file_id IN (SELECT id FROM files "
           "WHERE relpath >= 'n300')")  # as before grep's index builder gets to them

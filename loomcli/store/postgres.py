@@ -67,6 +67,8 @@ READ_BYTES = 8 << 20  # text grep reads in one statement (iter_texts)
 READ_FILES = 500
 PROBE_BLOCKS = 64  # grep_texts: candidate blocks asked for before going in path order
 PROBE_FILES = 32  # grep_texts: the files of its first group in path order
+DENSE = 0.5  # grep_texts: a group in path order with fewer files holding the literal
+# ends the reading in path order (each group's statement checks every block of its files)
 FLUSH_ROWS = 100_000  # rows buffered before they are sent (about 20 MB)
 FLUSH_BYTES = 16 << 20  # characters of text buffered before they are sent
 ID_BLOCK = 256  # file ids a scan takes from the sequence at once (add_file)
@@ -837,7 +839,9 @@ class PostgresStore(Common):
         blocks: 0.6 s for `the`): the files are asked for in path order, a group at a
         time (PROBE_FILES first, then four times as many), each group's candidate
         blocks with their text in one statement — a grep that stops at its limit reads
-        the first groups only."""
+        the first groups only. A group where fewer than half the files hold the literal
+        (`MODULE_LICENSE`: common, but in few files) ends that: the rest is asked of the
+        index at once, as candidates() does, and read in path order."""
         where, params = _condition(need)
         found: dict[int, set[int] | None] = {}
         indexed = 0
@@ -855,8 +859,19 @@ class PostgresStore(Common):
             ids = [fid for fid in (found if file_ids is None else file_ids) if fid in found]
             yield from self.iter_texts(ids, found, by_blocks)
             return
+        done: set[int] = set()
         for group in self._groups(file_ids, PROBE_FILES):
-            yield from self._texts(group, None, by_blocks, (where, params))
+            texts = self._texts(group, None, by_blocks, (where, params))
+            yield from texts
+            done.update(group)
+            if len(texts) < len(group) * DENSE:
+                break  # sparse here: the server checks only the index's candidates
+        else:
+            return
+        found = self.candidates(need)
+        ids = [fid for fid in (found if file_ids is None else file_ids)
+               if fid in found and fid not in done]
+        yield from self.iter_texts(ids, found, by_blocks)
 
 
     def _texts(self, group: list[int], wanted: dict[int, set[int] | None] | None,
