@@ -1042,11 +1042,15 @@ class PostgresStore(Common):
                 for key in missing:
                     memo[("post", table, key)] = (with_pos, lengths,
                                                   [r for r in rows if _holds(key, r[0])])
-        seen = {(r[0], r[1], r[2]) for r in rows}
-        for key, (_, _, kept) in known.items():
-            if key not in missing:
+        reused = [kept for key, (_, _, kept) in known.items() if key not in missing]
+        if starts and reused:  # a term may answer a prefix and itself: each row once
+            seen = {(r[0], r[1], r[2]) for r in rows}
+            for kept in reused:
                 rows += [r for r in kept if (r[0], r[1], r[2]) not in seen]
                 seen.update((r[0], r[1], r[2]) for r in kept)
+        else:  # each term's rows are its own
+            for kept in reused:
+                rows = rows + kept
         size = {doc: int(total) for _, doc, _, _, _, total in rows if total is not None}
         for i, (phrase, toks) in enumerate(zip(order, tokens, strict=True)):
             if not toks:
