@@ -602,3 +602,30 @@ def test_a_bm25_search_is_a_handful_of_statements(tmp_path, pg_url, data,
             finally:
                 store.pg = counting.conn
     assert compared >= 6
+
+
+def test_a_kept_connection_scores_with_the_totals_of_now(tmp_path, pg_url,
+                                                          monkeypatch) -> None:
+    """A server keeps its connection for many requests; another process's scan changes
+    the BM25 totals (documents, tokens) meanwhile. The next search scores with the new
+    ones, as a new process does (the first request's were kept for good)."""
+    from loomcli import config as config_mod
+    from loomcli.index.indexer import Indexer
+    from loomcli.operations import Corpus
+    from loomcli.store import open_store
+
+    for n in range(5):
+        write(tmp_path / "d" / f"n{n}.md", f"# Note {n}\nloom weaving {n}\n")
+    monkeypatch.setenv("LOOM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    with open_store(pg_url, create=True) as store:
+        Indexer(store, config_mod.load()).scan([tmp_path / "d"])
+    server = Corpus(config_mod.load(), keep_open=True)
+    before = server.search("loom", mode="bm25").hits[0].score
+    for n in range(5, 40):  # another scanner: many more documents, longer ones
+        write(tmp_path / "d" / f"n{n}.md", f"# Other {n}\n" + "cloth and thread " * 30)
+    with open_store(pg_url) as store:
+        Indexer(store, config_mod.load()).scan([tmp_path / "d"])
+    kept = server.search("loom", mode="bm25").hits[0].score
+    fresh = Corpus(config_mod.load()).search("loom", mode="bm25").hits[0].score
+    assert kept == pytest.approx(fresh, rel=1e-9) and kept != pytest.approx(before)
