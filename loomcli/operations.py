@@ -648,8 +648,9 @@ class Corpus:
                 from loomcli.search.excerpt import SCAN_BYTES, excerpt
 
                 chars = max(EXCERPT_CHARS_MIN, chars)
-                for hit, (h, _) in zip(hits, found, strict=True):
-                    text = store.text_bytes(h.file_id, 0, SCAN_BYTES).decode("utf-8", "ignore")
+                texts = store.text_ranges([(h.file_id, 0, SCAN_BYTES) for h, _ in found])
+                for hit, (h, _), data in zip(hits, found, texts, strict=True):
+                    text = data.decode("utf-8", "ignore")
                     near = self._near(store, h.file_id, text, query_vector)
                     part = excerpt(text, query, chars, min(EXCERPT_HEAD_CHARS, chars // 4),
                                    near=near, start=store.body_start(h.file_id)[1],

@@ -131,3 +131,24 @@ def test_hybrid_search_is_the_same_on_both_backends(backends, folders) -> None:
                     both(backends, "search", "--json", "--mode", "hybrid", query).items()}
             assert _ranked(hits["sqlite"]) == _ranked(hits["postgresql"]), query
             assert _ranked(hits["sqlite"]), query
+
+
+def test_grep_of_a_common_literal_is_the_same_in_path_order_on_both(backends, tmp_path
+                                                                     ) -> None:
+    """A literal in most files: PostgreSQL reads them in path order a group at a time
+    (32, 128, then 500 files) and stops at the limit; the lines, their order across the
+    groups, -l, -c, -m, context lines and a long text's blocks are SQLite's."""
+    folder = tmp_path / "many"
+    for n in range(230):
+        body = f"# Note {n:03}\nthe loom weaves line one\nnothing here\n"
+        if n % 7 == 0:
+            body += "no common word\n" * 3
+        write(folder / f"d{n % 5}" / f"n{n:03}.md", body if n % 11 else "none of it\n")
+    write(folder / "long.txt", "".join(f"line {i} {'the loom ' if i % 900 == 0 else ''}"
+                                       f"{'x' * 60}\n" for i in range(6000)))
+    both(backends, "scan", str(folder))
+    for args in (["--json", "loom"], ["-l", "loom"], ["-c", "weaves"], ["-m", "1", "-n", "the"],
+                 ["-C", "1", "loom"], ["--json", "-g", "d3/**", "loom"], ["-i", "LOOM"]):
+        out = same(backends, "grep", *args)
+        assert out.count("n1") > 10 or "-g" in args, args  # many files: several groups
+    assert same(backends, "grep", "-q", "loom") == ""

@@ -475,3 +475,157 @@ def test_an_index_with_the_older_postings_is_made_compact_in_place(
         assert [f for f, _ in got] == [f for f, _ in expected] and got, words
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
     pg.close()
+
+
+class _Rows(_Counting):
+    """_Counting that also counts the rows the server sends back."""
+
+    def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(conn)
+        self.rows = 0
+
+    def _counted(self, cur):  # type: ignore[no-untyped-def]
+        rows = cur.fetchall() if cur.description else []
+        self.rows += len(rows)
+        return rows
+
+    def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        return _Fetched(self._counted(self.conn.execute(*args, **kwargs)))
+
+    def cursor(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent += 1
+        outer = self
+
+        class Cursor:
+            def __init__(self) -> None:
+                self.cur = outer.conn.cursor(*args, **kwargs)
+
+            def __enter__(self):  # type: ignore[no-untyped-def]
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.cur.close()
+
+            def execute(self, *a, **k):  # type: ignore[no-untyped-def]
+                return _Fetched(outer._counted(self.cur.execute(*a, **k)))
+
+        return Cursor()
+
+
+class _Fetched(list):  # type: ignore[type-arg]
+    def fetchall(self):  # type: ignore[no-untyped-def]
+        return list(self)
+
+    def fetchone(self):  # type: ignore[no-untyped-def]
+        return self[0] if self else None
+
+
+def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
+                                                                       pg_url) -> None:
+    """A literal in every one of 600 files: grep asks for at most 65 candidate blocks,
+    then reads the files in path order a group at a time and stops at its limit — the
+    rows it reads do not grow with the files that match (it asked the server for every
+    candidate block, then read 500 files' texts). A rare literal is one indexed lookup.
+    The lines are SQLite's, also with texts not in grep's index yet."""
+    from loomcli.search import grep as grep_mod
+
+    for n in range(600):
+        write(tmp_path / "d" / f"n{n:03}.md", f"# Note {n}\nthe loom weaves\n"
+              + ("a rare zebra\n" if n in (7, 450) else "")
+              + ("a sparse kudu\n" if n % 6 == 5 else ""))
+    stores = _stores(tmp_path, pg_url, tmp_path / "d")
+    pg, lite = stores["postgresql"], stores["sqlite"]
+    counting = _Rows(pg.pg)
+    pg.pg = counting
+    for pattern, limit in (("loom", 20), ("weaves", 1), ("zebra", 20)):
+        counting.sent = counting.rows = 0
+        got = grep_mod.grep(pg, pattern, limit=limit)
+        assert got == grep_mod.grep(lite, pattern, limit=limit) and got.matches, pattern
+        assert counting.rows < 150, (pattern, counting.rows)  # 65 + 1 + 32 + 32
+        assert counting.sent <= 5, (pattern, counting.sent)
+    counting.sent = counting.rows = 0
+    assert [m.path for m in grep_mod.grep(pg, "zebra", limit=20).matches] == [
+        "n007.md", "n450.md"]
+    assert counting.sent <= 4  # the lookup (its candidates), the roots, the files, their texts
+    every = grep_mod.grep(pg, "loom")  # no limit: every group, in path order
+    assert every == grep_mod.grep(lite, "loom") and len(every.matches) == 600
+    for limit in (20, None):  # in a sixth of the files: past the first group, the index
+        counting.sent = 0     # names the rest at once
+        sparse = grep_mod.grep(pg, "kudu", limit=limit)
+        assert sparse == grep_mod.grep(lite, "kudu", limit=limit)
+        assert len(sparse.matches) == (20 if limit else 100)
+        assert counting.sent <= 8, counting.sent
+    pg.pg = counting.conn
+    pg._q("UPDATE blocks SET indexed = false WHERE file_id IN (SELECT id FROM files "
+          "WHERE relpath >= 'n300')")  # as before grep's index builder gets to them
+    for pattern in ("loom", "zebra"):
+        assert grep_mod.grep(pg, pattern) == grep_mod.grep(lite, pattern)
+        assert grep_mod.grep(pg, pattern, context=1) == grep_mod.grep(lite, pattern, context=1)
+    pg.close()
+    lite.close()
+
+
+def test_a_bm25_search_is_a_handful_of_statements(tmp_path, pg_url, data,
+                                                  monkeypatch) -> None:
+    """A server's warm search: its rankings (every word, any word, the rare words'
+    frequencies) share one postings read, the file count comes with it, the hits' rows
+    bring their pages and note rows, and every hit's snippet and excerpt text is one
+    statement each (it was about 30: one per ranking, per frequency, per hit's text,
+    pages and note row). The hits are SQLite's, excerpts included. (Backlinks still
+    resolve each distinct link target with a statement: the vault is left out here.)"""
+    from loomcli import config as config_mod
+    from loomcli.operations import Corpus
+
+    data = [d for d in data if d.name != "vault"]
+    _stores(tmp_path, pg_url, *data)["postgresql"].close()
+    monkeypatch.setenv("LOOM_HOME", str(tmp_path / "home"))
+    lite = Corpus(config_mod.load(), roots=data, db_path=tmp_path / "index.db")
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    server = Corpus(config_mod.load(), keep_open=True)
+    assert server.location == pg_url
+    compared = 0
+    for query in ("loom idea", "sourdough bread recipe", "the garden", "watchdog"):
+        server.search(query, limit=5, mode="bm25")  # the connection opened, roots read
+        with server.store() as store:
+            counting = _Counting(store.pg)
+            store.pg = counting
+            try:
+                for chars in (None, 600):
+                    before = counting.sent
+                    got = server.search(query, limit=5, excerpt_chars=chars, mode="bm25")
+                    assert counting.sent - before <= (6 if chars is None else 7), \
+                        (query, chars, counting.sent - before)
+                    expected = lite.search(query, limit=5, excerpt_chars=chars, mode="bm25")
+                    assert got.to_dict() == expected.to_dict(), query
+                    compared += bool(got.hits)
+            finally:
+                store.pg = counting.conn
+    assert compared >= 6
+
+
+def test_a_kept_connection_scores_with_the_totals_of_now(tmp_path, pg_url,
+                                                          monkeypatch) -> None:
+    """A server keeps its connection for many requests; another process's scan changes
+    the BM25 totals (documents, tokens) meanwhile. The next search scores with the new
+    ones, as a new process does (the first request's were kept for good)."""
+    from loomcli import config as config_mod
+    from loomcli.index.indexer import Indexer
+    from loomcli.operations import Corpus
+    from loomcli.store import open_store
+
+    for n in range(5):
+        write(tmp_path / "d" / f"n{n}.md", f"# Note {n}\nloom weaving {n}\n")
+    monkeypatch.setenv("LOOM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    with open_store(pg_url, create=True) as store:
+        Indexer(store, config_mod.load()).scan([tmp_path / "d"])
+    server = Corpus(config_mod.load(), keep_open=True)
+    before = server.search("loom", mode="bm25").hits[0].score
+    for n in range(5, 40):  # another scanner: many more documents, longer ones
+        write(tmp_path / "d" / f"n{n}.md", f"# Other {n}\n" + "cloth and thread " * 30)
+    with open_store(pg_url) as store:
+        Indexer(store, config_mod.load()).scan([tmp_path / "d"])
+    kept = server.search("loom", mode="bm25").hits[0].score
+    fresh = Corpus(config_mod.load()).search("loom", mode="bm25").hits[0].score
+    assert kept == pytest.approx(fresh, rel=1e-9) and kept != pytest.approx(before)

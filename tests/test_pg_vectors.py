@@ -232,3 +232,47 @@ def test_an_index_made_before_pgvector_gets_its_passages_once(tmp_path, pgvector
                             ).fetchone()[0] == 1
         assert conn.execute("SELECT count(*) FROM passages").fetchone()[0] == 12
         assert conn.execute("SELECT to_regclass('passages_hnsw_48')").fetchone()[0]
+
+
+def test_a_short_pool_from_pgvectors_cap_is_ranked_again_exactly(tmp_path, pgvector_url,
+                                                                  monkeypatch) -> None:
+    """pgvector before 0.8 (the wheel's is 0.6) returns at most hnsw.ef_search passages
+    (EF_SEARCH, lowered here to 12 so that a few files' passages fill it): when they hold
+    fewer files than asked, and more files have vectors, the files come from an exact scan
+    of every passage — loom's own ranking of the bytes — not from the short pool."""
+    import numpy as np
+
+    from loomcli.embeddings import quantize
+    from loomcli.extract import Extracted
+    from loomcli.search import semantic
+    from loomcli.store import open_store
+    from loomcli.store import postgres_vectors as pv
+
+    monkeypatch.setattr(pv, "EF_SEARCH", 12)
+    rng = np.random.default_rng(11)
+    centers = rng.normal(size=(30, 48)).astype(np.float32)
+    with open_store(pgvector_url, create=True) as store:
+        with store.transaction():
+            root = store.ensure_root(tmp_path)
+            for i, center in enumerate(centers):  # 8 passages a file, close to its center
+                text = "\n".join(f"passage {i}.{n} " * 4 for n in range(8))
+                fid = store.add_file(root.id, f"f{i:02}.md", "note", 1, 1, bytes([i]),
+                                     Extracted(text=text, title=f"f{i}"))
+                rows = center + 0.05 * rng.normal(size=(8, 48)).astype(np.float32)
+                rows /= np.linalg.norm(rows, axis=1)[:, None]
+                spans = np.array([[n * 10, n * 10 + 9] for n in range(8)], dtype=np.int32)
+                q, scales = quantize(rows)
+                store.put_vectors(fid, "m", 48, spans.tobytes(), q, scales)
+        store.optimize()  # the HNSW index, built at once as a scan's end builds it
+    query = centers[3] / np.linalg.norm(centers[3])
+    with open_store(pgvector_url) as store:
+        assert store.vector_engine() == "pgvector"
+        short = store.nearest("m", 48, query, semantic.POOL)
+        assert short is not None and len(short) <= 12  # the cap, on a real server
+        assert len({f for f, *_ in short}) < 10  # a few files' passages fill it
+        server = semantic.ServerVectors(store, "m", 48, store.passage_counts("m", 48))
+        got = server.rank(query, 10)
+        expected = semantic.VectorIndex(store, "m", 48).rank(query, 10)
+    assert [p.file_id for p in got] == [p.file_id for p in expected] and len(got) == 10
+    for p, e in zip(got, expected, strict=True):
+        assert abs(p.score - e.score) <= SCORE_ROUNDING

@@ -473,18 +473,15 @@ def matches(store: Store, pattern: str | Sequence[str], *, path: str | None = No
     # -v needs every file; -U matches across lines, which the trigrams of lines miss
     need = (required(compiled.text) if indexed and path is None and not invert
             and not multiline else None)
-    holding: dict[int, set[int] | None] | None = None
-    if need:
-        holding = store.candidates(need)
-        file_ids = [fid for fid in (holding if file_ids is None else file_ids)
-                    if fid in holding]
     # A long text is read block by block (only its candidate blocks, with a prefilter):
     # a match lies inside one line, so inside one block. Not with context lines (they
     # may lie in the next block), nor for a pattern that sees where the text starts or
     # ends, nor for -v and -U (every line, matches across lines).
     by_blocks = not (n_before or n_after or invert or multiline
                      or _WHOLE_TEXT.search(compiled.text))
-    for _fid, shown, pieces, pages_json in store.iter_texts(file_ids, holding, by_blocks):
+    texts = (store.grep_texts(need, file_ids, by_blocks) if need
+             else store.iter_texts(file_ids, None, by_blocks))
+    for _fid, shown, pieces, pages_json in texts:
         pages = json.loads(pages_json) if pages_json else None
         count = 0
         window_end: int | None = None  # -m reached: the last match's after-context ends

@@ -34,15 +34,17 @@ def hits(store: IndexStore, ranked: list[tuple[int, float]], query: str,
     by a scan meanwhile is left out."""
     info = store.hits_for([fid for fid, _ in ranked])
     words = query_words(query)
+    near = near or {}
+    kept = [(fid, score) for fid, score in ranked if fid in info]
+    starts = [near.get(fid, 0) or info[fid][3] for fid, _ in kept]
+    texts = store.text_ranges([  # every hit's at once: one round trip on a server
+        (fid, start, NEAR_SNIPPET_BYTES if near.get(fid) else SNIPPET_SCAN_BYTES)
+        for (fid, _), start in zip(kept, starts, strict=True)])
     out = []
-    for fid, score in ranked:
-        if fid not in info:
-            continue
-        path, title, content_len, body_at = info[fid]
-        passage = (near or {}).get(fid, 0)
-        start = passage or body_at
-        text = store.text_bytes(fid, start, NEAR_SNIPPET_BYTES if passage else
-                                SNIPPET_SCAN_BYTES).decode("utf-8", "ignore")
+    for (fid, score), start, data in zip(kept, starts, texts, strict=True):
+        path, title, content_len, _ = info[fid]
+        passage = near.get(fid, 0)
+        text = data.decode("utf-8", "ignore")
         snippet, at = snippet_at(hide_metadata(text, path), words)
         if passage and snippet and not snippet.startswith("…"):
             snippet = "…" + snippet

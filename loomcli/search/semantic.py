@@ -156,8 +156,16 @@ class ServerVectors:
                 for fid, n, start, end, score in rows]
 
     def rank(self, query: Any, limit: int, among: Any = None) -> list[Passage]:
-        """As VectorIndex.rank: the `limit` files closest, each by its best passage."""
-        return best_per_file(self.top(query, POOL, among), limit)
+        """As VectorIndex.rank: the `limit` files closest, each by its best passage.
+        pgvector before 0.8 returns at most its ef_search passages (1,000): when they
+        hold fewer files than asked and than there are, the server ranks again by an
+        exact scan of every file's passages, not a short list."""
+        pool = self.top(query, POOL, among)
+        found = best_per_file(pool, limit)
+        if (among is None and len(found) < min(limit, len(self.counts))
+                and len(pool) < min(POOL, self.size)):
+            found = best_per_file(self.top(query, POOL, list(self.counts)), limit)
+        return found
 
 
 def best_per_file(passages: list[Passage], limit: int) -> list[Passage]:

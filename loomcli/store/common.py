@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any
 
+    from loomcli.search.trigrams import Need
+
 FILE_COLUMNS = ("id, root_id, relpath, kind, size, mtime_ns, hash, title, content_len, "
                 "indexed_at, error, skip, ocr")
 
@@ -45,9 +47,29 @@ class Common:
         def _notes_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str]]: ...
         def _links_named(self, names: Sequence[str]
                          ) -> Iterable[tuple[int, int, str, str, int]]: ...
-        def _names(self, file_ids: Sequence[int]) -> dict[int, str]: ...
+        def _link_names(self, file_ids: Sequence[int]) -> Iterable[tuple[str, bool]]: ...
         def _notes_aliased(self, keys: Sequence[str]) -> Iterable[tuple[int, int, str]]: ...
-        def _aliases(self, file_ids: Sequence[int]) -> Iterable[tuple[int, str]]: ...
+        def candidates(self, need: Need) -> dict[int, set[int] | None]: ...
+        def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None
+                       ) -> bytes: ...
+        def iter_texts(self, file_ids: list[int] | None = None,
+                       wanted: dict[int, set[int] | None] | None = None,
+                       by_blocks: bool = False
+                       ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                           str | None]]: ...
+
+    def grep_texts(self, need: Need, file_ids: list[int] | None, by_blocks: bool
+                   ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                       str | None]]:
+        """The seam's: the candidates in one statement, then their texts (SQLite's
+        trigram index answers a common literal in milliseconds)."""
+        holding = self.candidates(need)
+        ids = [fid for fid in (holding if file_ids is None else file_ids) if fid in holding]
+        return self.iter_texts(ids, holding, by_blocks)
+
+    def text_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> list[bytes]:
+        """The seam's: one text_bytes each (SQLite has no round trips to save)."""
+        return [self.text_bytes(fid, offset, length) for fid, offset, length in ranges]
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -176,15 +198,15 @@ class Common:
         seen: dict[Vault, Vault] = {}
         resolved: dict[tuple[str, Vault], int | None] = {}
         names: set[str] = set()
-        for name in self._names(file_ids).values():
-            if "___" in name or "%2f" in name:  # (the notes module only then: start-up)
+        for name, alias in self._link_names(file_ids):
+            if alias:  # a link that names it by an alias (a link's name is its last part)
+                names.add(name.rpartition("/")[2])
+            elif "___" in name or "%2f" in name:  # (the notes module only then: start-up)
                 from loomcli.extract import markdown
 
                 names.update(markdown.names_linking(name))
             else:
                 names.add(name)
-        # the links that may name them by an alias (a link's name is its last part)
-        names.update(alias.rpartition("/")[2] for _, alias in self._aliases(file_ids))
         if not names:
             return out
         # every name's links in one statement; then one per distinct target resolved

@@ -4,8 +4,9 @@ What differs from the embedded store, and why:
 - A text is stored once, as grep's blocks (`blocks`: about GREP_BLOCK_CHARS characters
   each, cut after a newline, with the byte offset and line where each starts). A byte
   range (`loom get`) reads only the blocks it spans; grep reads only candidate blocks.
-- grep's candidates: a `pg_trgm` GIN index on the blocks, asked with ILIKE for each
-  trigram the pattern requires (trigrams.query_for); RE2 in loom decides, as on SQLite.
+- grep's candidates: a `pg_trgm` GIN index on the blocks, asked with `~*` for each
+  literal the pattern requires (trigrams.required); RE2 in loom decides, as on SQLite.
+  A common literal is read in path order a group of files at a time (grep_texts).
   Without the extension the same query reads every block (correct, slower).
 - BM25 is FTS5's (postgres_words.py): SQLite's own tokenizer makes the postings
   (term, document, column, positions), PostgreSQL stores them, loom scores them with
@@ -64,6 +65,10 @@ BUILDER_LOCK = 7_206_003  # held by the process filling grep's index (grep_index
 CONNECT_TIMEOUT = 10  # seconds
 READ_BYTES = 8 << 20  # text grep reads in one statement (iter_texts)
 READ_FILES = 500
+PROBE_BLOCKS = 64  # grep_texts: candidate blocks asked for before going in path order
+PROBE_FILES = 32  # grep_texts: the files of its first group in path order
+DENSE = 0.5  # grep_texts: a group in path order with fewer files holding the literal
+# ends the reading in path order (each group's statement checks every block of its files)
 FLUSH_ROWS = 100_000  # rows buffered before they are sent (about 20 MB)
 FLUSH_BYTES = 16 << 20  # characters of text buffered before they are sent
 ID_BLOCK = 256  # file ids a scan takes from the sequence at once (add_file)
@@ -288,6 +293,9 @@ class PostgresStore(Common):
         self._pgvector: tuple[int, ...] | None = None  # pv.version, once asked
         self._pgvector_asked = False
         self._hnsw_set = False  # this session's hnsw.ef_search (pv.settings)
+        # What one request (a guard() scope) has read, so that it asks once: postings by
+        # term, the file count, each hit's pages and note row. None outside a scope.
+        self._read: dict[Any, Any] | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -369,10 +377,23 @@ class PostgresStore(Common):
         as one line saying what to do."""
         import psycopg
 
+        outer = self._read is None
+        if outer:  # a request: the BM25 totals asked again with its first ranking
+            self._read, self._stats = {}, {}
         try:
             yield
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
+        finally:
+            if outer:
+                self._read = None
+
+    def _memo(self) -> dict[Any, Any] | None:
+        """This request's reads (guard), None while writing: a scan's reads see its own
+        rows."""
+        if self._read is None or self._locked or self._pending or self.in_transaction:
+            return None
+        return self._read
 
     # -- locks (locks.py's, as advisory locks) --------------------------------------------
 
@@ -767,7 +788,7 @@ class PostgresStore(Common):
 
     def candidates(self, need: Need) -> dict[int, set[int] | None]:
         """The blocks that may hold a match: those holding each literal `need` requires
-        (trigrams.required), asked as ILIKE of the pg_trgm GIN index. One statement."""
+        (trigrams.required), asked of the pg_trgm GIN index (_condition). One statement."""
         self._flush()
         where, params = _condition(need)
         found: dict[int, set[int] | None] = {}
@@ -791,32 +812,117 @@ class PostgresStore(Common):
         order; with `by_blocks` only the blocks `wanted` names, adjacent ones joined. The
         texts are read a group of files at a time (about READ_BYTES), one statement each:
         a statement per file cost a cold grep of the kernel docs 0.8 s."""
-        self._flush()
-        self.roots()  # display paths need them: asked now, not between a group's rows
-        sql = ("SELECT f.id, f.content_len FROM files f JOIN docs d ON d.id = f.id")
-        params: list[Any] = []
-        if file_ids is not None:
-            sql += " WHERE f.id = ANY(%s)"
-            params.append(list(file_ids))
-        order = self._q(sql + " ORDER BY f.root_id, f.relpath", params).fetchall()
-        group: list[int] = []
-        size = 0
-        for fid, length in order:
-            group.append(fid)
-            size += length
-            if size >= READ_BYTES or len(group) >= READ_FILES:
-                yield from self._texts(group, wanted if by_blocks else None, by_blocks)
-                group, size = [], 0
-        if group:
+        for group in self._groups(file_ids, READ_FILES):
             yield from self._texts(group, wanted if by_blocks else None, by_blocks)
 
+    def _groups(self, file_ids: list[int] | None, first: int) -> Iterator[list[int]]:
+        """The files (those of `file_ids`, None: all) in path order, in groups of about
+        READ_BYTES of text or READ_FILES files; the first of at most `first` files, each
+        next one four times as many. Every file: asked a group at a time along the
+        (root, path) index, so a reader that stops early never lists them all."""
+        self._flush()
+        self.roots()  # display paths need them: asked now, not between a group's rows
+        most = min(first, READ_FILES)
+        if file_ids is not None:
+            order = self._q("SELECT f.id, f.content_len FROM files f JOIN docs d ON "
+                            "d.id = f.id WHERE f.id = ANY(%s) ORDER BY f.root_id, f.relpath",
+                            (list(file_ids),)).fetchall()
+            pages: Iterable[list[Any]] = [order]
+        else:
+            pages = self._pages_in_path_order(most)
+        group: list[int] = []
+        size = 0
+        for page in pages:
+            for fid, length, *_ in page:
+                group.append(fid)
+                size += length
+                if size >= READ_BYTES or len(group) >= most:
+                    yield group
+                    group, size, most = [], 0, min(most * 4, READ_FILES)
+        if group:
+            yield group
+
+    def _pages_in_path_order(self, first: int) -> Iterator[list[Any]]:
+        """Every file with a text, in path order: pages of (id, length, root, path),
+        the first of `first` files, each next one four times as many (READ_FILES at
+        most), each after the last one's path."""
+        size, after = first, None
+        while True:
+            page = self._q(
+                "SELECT f.id, f.content_len, f.root_id, f.relpath FROM files f JOIN docs d "
+                "ON d.id = f.id" + ("" if after is None else
+                                    " WHERE (f.root_id, f.relpath) > (%s, %s)") +
+                " ORDER BY f.root_id, f.relpath LIMIT %s",
+                [*(after or ()), size]).fetchall()
+            yield page
+            if len(page) < size:
+                return
+            after, size = page[-1][2:], min(size * 4, READ_FILES)
+
+    def grep_texts(self, need: Need, file_ids: list[int] | None, by_blocks: bool
+                   ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                       str | None]]:
+        """The seam's. First the trigram index is asked for at most PROBE_BLOCKS + 1
+        candidate blocks: fewer, and they are all of them (a rare literal: one indexed
+        lookup, then their texts). Else the literal is common, and the server's check
+        of every candidate costs more than the reading (ILIKE over all the kernel docs'
+        blocks: 0.6 s for `the`): the files are asked for in path order, a group at a
+        time (PROBE_FILES first, then four times as many), each group's candidate
+        blocks with their text in one statement — a grep that stops at its limit reads
+        the first groups only. A group where fewer than half the files hold the literal
+        (`MODULE_LICENSE`: common, but in few files) ends that: the rest is asked of the
+        index at once, as candidates() does, and read in path order."""
+        where, params = _condition(need)
+        found: dict[int, set[int] | None] = {}
+        indexed = 0
+        for fid, n in self._q(f"(SELECT file_id, n FROM blocks WHERE indexed AND ({where}) "
+                              f"LIMIT {PROBE_BLOCKS + 1}) UNION ALL (SELECT DISTINCT "
+                              "file_id, -1 FROM blocks WHERE NOT indexed)", params):
+            if n < 0:
+                found[int(fid)] = None  # not in grep's index yet: read whole
+                continue
+            indexed += 1
+            blocks = found.setdefault(int(fid), set())
+            if blocks is not None:
+                blocks.add(int(n))
+        if indexed <= PROBE_BLOCKS:
+            ids = [fid for fid in (found if file_ids is None else file_ids) if fid in found]
+            yield from self.iter_texts(ids, found, by_blocks)
+            return
+        done: set[int] = set()
+        for group in self._groups(file_ids, PROBE_FILES):
+            texts = self._texts(group, None, by_blocks, (where, params))
+            yield from texts
+            done.update(group)
+            if len(texts) < len(group) * DENSE:
+                break  # sparse here: the server checks only the index's candidates
+        else:
+            return
+        found = self.candidates(need)
+        ids = [fid for fid in (found if file_ids is None else file_ids)
+               if fid in found and fid not in done]
+        yield from self.iter_texts(ids, found, by_blocks)
+
+
     def _texts(self, group: list[int], wanted: dict[int, set[int] | None] | None,
-               by_blocks: bool) -> list[tuple[int, str, list[tuple[int, int, bytes]],
-                                              str | None]]:
+               by_blocks: bool, condition: tuple[str, list[str]] | None = None
+               ) -> list[tuple[int, str, list[tuple[int, int, bytes]], str | None]]:
+        """The texts of a group of files (iter_texts); with `condition` (grep's
+        required literals as SQL: _condition), only the files, or with `by_blocks` the
+        blocks, that hold them (or are not in grep's index yet)."""
         sql = ("SELECT f.id, f.root_id, f.relpath, d.pages, d.blocks, b.n, b.start, b.line, "
                "convert_to(b.body, 'UTF8') FROM files f JOIN docs d ON d.id = f.id "
                "JOIN blocks b ON b.file_id = f.id WHERE f.id = ANY(%s)")
         params: list[Any] = [group]
+        if condition is not None:
+            where, literals = condition
+            if by_blocks:
+                sql += f" AND (NOT b.indexed OR ({where}))"
+            else:
+                sql += (" AND b.file_id IN (SELECT file_id FROM blocks WHERE file_id = "
+                        f"ANY(%s) AND (NOT indexed OR ({where})))")
+                params.append(group)
+            params += literals
         chosen = [fid for fid in group if wanted and wanted.get(fid) is not None]
         if chosen and wanted:
             pairs = [(fid, n) for fid in chosen for n in wanted[fid] or ()]
@@ -869,6 +975,10 @@ class PostgresStore(Common):
         return data[start:] if length is None else data[start:start + length]
 
     def pages(self, file_id: int) -> list[int] | None:
+        memo = self._memo()
+        if memo is not None and ("file", file_id) in memo:  # read with the hits
+            pages = memo[("file", file_id)][0]
+            return json.loads(pages) if pages else None
         self._flush()
         row = self._q("SELECT pages FROM docs WHERE id = %s", (file_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
@@ -908,18 +1018,23 @@ class PostgresStore(Common):
             "ON f.id = a.file_id WHERE a.name = ANY(%s) AND f.indexed_at IS NOT NULL",
             (list(keys),)).fetchall()
 
-    def _aliases(self, file_ids: Sequence[int]) -> Iterable[tuple[int, str]]:
-        return self._q("SELECT file_id, name FROM aliases WHERE file_id = ANY(%s)",
-                       (list(file_ids),)).fetchall()
-
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         return [(r[0], r[1], r[2], r[3]) for r in self._q(
             "SELECT target, heading, alias, line FROM links WHERE file_id = %s ORDER BY n",
             (file_id,))]
 
-    def _names(self, file_ids: Sequence[int]) -> dict[int, str]:
-        return dict(self._q("SELECT file_id, name FROM notes WHERE file_id = ANY(%s)",
-                            (list(file_ids),)).fetchall())
+    def _link_names(self, file_ids: Sequence[int]) -> Iterable[tuple[str, bool]]:
+        """The names these notes are linked by, (name, whether an alias): one statement,
+        none after hits_for (it reads them with the hits)."""
+        ids = list(file_ids)
+        memo = self._memo()
+        if memo is not None and all(("file", f) in memo for f in ids):
+            return [(memo[("file", f)][1], False) for f in ids
+                    if memo[("file", f)][1] is not None] + [
+                (alias, True) for f in ids for alias in memo[("file", f)][3]]
+        return self._q("SELECT name, false FROM notes WHERE file_id = ANY(%s) "
+                       "UNION ALL SELECT name, true FROM aliases WHERE file_id = ANY(%s)",
+                       (ids, ids)).fetchall()
 
     def _links_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str, str, int]]:
         return self._q(
@@ -954,25 +1069,29 @@ class PostgresStore(Common):
         found: dict[int, dict[int, float]] = {i: {} for i in range(len(order))}
         if not exact and not starts:
             return found, {}
-        conds: list[str] = ["t.term = ANY(%s)"]
-        params: list[Any] = [exact]
-        for token in starts:
-            conds.append("(t.term >= %s AND t.term < %s)")
-            params += [token, token + "\U0010ffff"]
-        positions = "t.pos" if any(len(ts) > 1 for ts in tokens) else "NULL"
-        totals = lengths and (table not in self._stats or self.in_transaction)
-        sql = ("SELECT " + ("n.docs, n.tokens, " if totals else "")
-               + f"t.term, t.doc, t.col, t.tf, {positions}, "
-               + (f"l.total FROM {table}_terms t LEFT JOIN {table}_len l ON l.doc = t.doc"
-                  if lengths else f"NULL FROM {table}_terms t")
-               + (" CROSS JOIN (SELECT count(*) AS docs, coalesce(sum(total), 0) AS tokens "
-                  f"FROM {table}_len) n" if totals else "")
-               + f" WHERE {' OR '.join(conds)}")
-        rows = self._q(sql, params).fetchall()
-        if totals and rows:
-            self._stats[table] = (int(rows[0][0]), int(rows[0][1]))
-        if totals:
-            rows = [r[2:] for r in rows]
+        with_pos = any(len(ts) > 1 for ts in tokens)
+        memo = self._memo()
+        keys = [("=", t) for t in exact] + [(">", t) for t in starts]
+        known = {} if memo is None else {k: memo[("post", table, k)] for k in keys
+                                         if ("post", table, k) in memo}
+        missing = [k for k in keys if k not in known or known[k][0] < with_pos
+                   or known[k][1] < lengths]
+        rows: list[Any] = []
+        if missing:
+            rows = self._postings(table, missing, with_pos, lengths)
+            if memo is not None:
+                for key in missing:
+                    memo[("post", table, key)] = (with_pos, lengths,
+                                                  [r for r in rows if _holds(key, r[0])])
+        reused = [kept for key, (_, _, kept) in known.items() if key not in missing]
+        if starts and reused:  # a term may answer a prefix and itself: each row once
+            seen = {(r[0], r[1], r[2]) for r in rows}
+            for kept in reused:
+                rows += [r for r in kept if (r[0], r[1], r[2]) not in seen]
+                seen.update((r[0], r[1], r[2]) for r in kept)
+        else:  # each term's rows are its own
+            for kept in reused:
+                rows = rows + kept
         size = {doc: int(total) for _, doc, _, _, _, total in rows if total is not None}
         for i, (phrase, toks) in enumerate(zip(order, tokens, strict=True)):
             if not toks:
@@ -997,6 +1116,36 @@ class PostgresStore(Common):
             for (doc, col), n in hits.items():
                 out[doc] = out.get(doc, 0.0) + weights[col] * n
         return found, size
+
+    def _postings(self, table: str, keys: list[tuple[str, str]], with_pos: bool,
+                  lengths: bool) -> list[Any]:
+        """The postings rows (term, doc, col, tf, positions, doc length) of these terms
+        (`=`) and term prefixes (`>`), in one statement; with the table's totals, and the
+        file count, when this request has not asked for them yet."""
+        exact = [t for kind, t in keys if kind == "="]
+        conds: list[str] = ["t.term = ANY(%s)"]
+        params: list[Any] = [exact]
+        for kind, token in keys:
+            if kind == ">":
+                conds.append("(t.term >= %s AND t.term < %s)")
+                params += [token, token + "\U0010ffff"]
+        positions = "t.pos" if with_pos else "NULL"
+        totals = lengths and (table not in self._stats or self.in_transaction)
+        sql = ("SELECT " + ("n.docs, n.tokens, n.files, " if totals else "")
+               + f"t.term, t.doc, t.col, t.tf, {positions}, "
+               + (f"l.total FROM {table}_terms t LEFT JOIN {table}_len l ON l.doc = t.doc"
+                  if lengths else f"NULL FROM {table}_terms t")
+               + (" CROSS JOIN (SELECT count(*) AS docs, coalesce(sum(total), 0) AS tokens, "
+                  f"(SELECT count(*) FROM docs) AS files FROM {table}_len) n"
+                  if totals else "")
+               + f" WHERE {' OR '.join(conds)}")
+        rows = self._q(sql, params).fetchall()
+        if totals and rows:
+            self._stats[table] = (int(rows[0][0]), int(rows[0][1]))
+            memo = self._memo()
+            if memo is not None:
+                memo["files"] = int(rows[0][2])
+        return [r[3:] for r in rows] if totals else rows
 
     def _bm25(self, table: str, match: str, columns: tuple[str, ...],
               weights: tuple[float, ...], among: Sequence[int] | None,
@@ -1049,16 +1198,54 @@ class PostgresStore(Common):
         return min(cap, len(bm.matching(tree, found, order)))
 
     def file_count(self) -> int:
+        memo = self._memo()
+        if memo is not None and "files" in memo:  # with this request's first ranking
+            return int(memo["files"])
         self._flush()
         return int(self._q("SELECT count(*) FROM docs").fetchone()[0])
 
     def hits_for(self, file_ids: list[int]) -> dict[int, tuple[str, str, int, int]]:
+        """The seam's; with each file's pages and note row kept for this request (the
+        hits' pages, backlinks and excerpts ask for them next)."""
         out = {}
-        for fid, root_id, rel, title, n, body_at in self._q(
+        memo = self._memo()
+        for fid, root_id, rel, title, n, body_at, body_chars, name, pages, aliases in self._q(
                 "SELECT f.id, f.root_id, f.relpath, f.title, f.content_len, "
-                "coalesce(n.body_at, 0) FROM files f LEFT JOIN notes n ON n.file_id = f.id "
-                "WHERE f.id = ANY(%s)", (list(file_ids),)):
+                "coalesce(n.body_at, 0), coalesce(n.body_chars, 0), n.name, d.pages, "
+                "(SELECT array_agg(a.name) FROM aliases a WHERE a.file_id = f.id) "
+                "FROM files f LEFT JOIN notes n ON n.file_id = f.id LEFT JOIN docs d "
+                "ON d.id = f.id WHERE f.id = ANY(%s)", (list(file_ids),)):
             out[fid] = (self.display_path(root_id, rel), title, int(n), int(body_at))
+            if memo is not None:
+                memo[("file", fid)] = (pages, name, (int(body_at), int(body_chars)),
+                                       aliases or [])
+        return out
+
+    def text_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> list[bytes]:
+        """The seam's, in one statement: each range's blocks (text_bytes')."""
+        self._flush()
+        if not ranges:
+            return []
+        sql = ("SELECT r.k, b.start, convert_to(b.body, 'UTF8') FROM unnest("
+               "%s::bigint[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS r(fid, lo, hi, k) "
+               "JOIN blocks b ON b.file_id = r.fid AND b.start <= r.hi AND b.n >= (SELECT "
+               "coalesce(max(n), 0) FROM blocks WHERE file_id = r.fid AND start <= r.lo) "
+               "ORDER BY r.k, b.n")
+        starts = [max(o, 0) for _, o, _ in ranges]
+        ends = [o + max(n, 0) for o, (_, _, n) in zip(starts, ranges, strict=True)]
+        with self.pg.cursor(binary=True) as cur:
+            rows = cur.execute(sql, [[f for f, _, _ in ranges], starts, ends]).fetchall()
+        parts: dict[int, list[Any]] = {}
+        for k, start, body in rows:
+            parts.setdefault(int(k) - 1, []).append((int(start), bytes(body)))
+        out = []
+        for i, (offset, end) in enumerate(zip(starts, ends, strict=True)):
+            got = parts.get(i)
+            if not got:
+                out.append(b"")
+                continue
+            data = b"".join(b for _, b in got)
+            out.append(data[offset - got[0][0]:end - got[0][0]])
         return out
 
     def status(self) -> dict[str, object]:
@@ -1163,6 +1350,12 @@ class PostgresStore(Common):
                 "AND (%s::integer IS NULL OR dim = %s)", (model, dim, dim)):
             yield fid, d, bytes(spans), bytes(vecs), bytes(scales)
 
+    def body_start(self, file_id: int) -> tuple[int, int]:
+        memo = self._memo()
+        if memo is not None and ("file", file_id) in memo:  # read with the hits
+            return tuple(memo[("file", file_id)][2])
+        return super().body_start(file_id)
+
     def vectors_of(self, file_id: int, model: str) -> tuple[int, bytes, bytes, bytes] | None:
         row = self._q("SELECT dim, spans, vecs, scales FROM vectors WHERE file_id = %s "
                       "AND model = %s", (file_id, model)).fetchone()
@@ -1206,12 +1399,20 @@ class _Turns:
         self.store._q("SELECT pg_advisory_unlock_shared(%s)", (BUILDER_LOCK,))
 
 
-_ASCII_RUN = re.compile(r"[\x00-\x7f]{3,}")
+def _holds(key: tuple[str, str], term: str) -> bool:
+    """Whether a postings row of `term` answers a key of _postings."""
+    kind, token = key
+    return term == token if kind == "=" else token <= term < token + "\U0010ffff"
+
+
+_ASCII_RUN = re.compile(r"[\x01-\x7f]{3,}")  # (a NUL is no text PostgreSQL holds)
 
 
 def _condition(need: Need | None) -> tuple[str, list[str]]:
-    """What grep's required literals ask of a block's `body`, as SQL: each literal an
-    ILIKE (case-folded, as the trigram index of the SQLite store is). Only a literal's
+    """What grep's required literals ask of a block's `body`, as SQL: each literal a
+    case-insensitive regular expression of it escaped (`~*`: case-folded, as the trigram
+    index of the SQLite store is; the server checks it two to three times faster than
+    ILIKE, which folds the whole block first; pg_trgm's GIN index answers both). Only a literal's
     ASCII runs count: how PostgreSQL folds other letters depends on the database's
     locale, and a requirement may only ever be dropped, never be wrong."""
     if need is None:
@@ -1221,9 +1422,8 @@ def _condition(need: Need | None) -> tuple[str, list[str]]:
         runs = _ASCII_RUN.findall(arg)
         if not runs:
             return "true", []
-        escaped = [r.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                   for r in runs]
-        return " AND ".join(["body ILIKE %s"] * len(runs)), [f"%{e}%" for e in escaped]
+        escaped = ["".join(c if c.isalnum() else "\\" + c for c in r) for r in runs]
+        return " AND ".join(["body ~* %s"] * len(runs)), escaped
     parts = [_condition(p) for p in arg]
     if kind == "or" and any(sql == "true" for sql, _ in parts):
         return "true", []

@@ -204,6 +204,10 @@ class IndexStore(Protocol):
         """A byte range of a file's UTF-8 text, at the cost of the range (b"" when the
         file is gone)."""
 
+    def text_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> list[bytes]:
+        """text_bytes of each (file id, offset, length): a page of hits' snippets or
+        excerpts at once (one round trip on a server)."""
+
     def pages(self, file_id: int) -> list[int] | None:
         """Where each page of a PDF starts (byte offsets), else None."""
 
@@ -239,6 +243,13 @@ class IndexStore(Protocol):
         """The files (and their blocks) whose text holds what `need` requires: a
         superset of where the pattern can match; a text not in the trigram index yet is
         a candidate whole (None: every block). One snapshot."""
+
+    def grep_texts(self, need: Need, file_ids: list[int] | None, by_blocks: bool
+                   ) -> Iterator[tuple[int, str, Iterable[tuple[int, int, bytes]],
+                                       str | None]]:
+        """iter_texts of the candidates of `need` among `file_ids` (None: all), in path
+        order, as they are read: a reader that stops (grep's limit, -l, -q) stops the
+        reading. With `by_blocks` only the candidate blocks of a text."""
 
     def grams_pending(self) -> tuple[int, int]:
         """(files, bytes of text) not in grep's trigram index yet."""

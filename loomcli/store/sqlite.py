@@ -859,21 +859,19 @@ class Store(Common):
             "a.file_id WHERE a.name IN (SELECT value FROM json_each(?)) "
             "AND f.indexed_at IS NOT NULL", (json.dumps(list(keys)),)).fetchall()
 
-    def _aliases(self, file_ids: Sequence[int]) -> Iterable[tuple[int, str]]:
-        return self.conn.execute(
-            "SELECT file_id, name FROM aliases WHERE file_id IN (SELECT value FROM "
-            "json_each(?))", (json.dumps(list(file_ids)),)).fetchall()
-
     def links_of(self, file_id: int) -> list[tuple[str, str | None, str | None, int]]:
         """(target, heading, alias, line) of each link of a note, in its order."""
         return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
             "SELECT target, heading, alias, line FROM links WHERE file_id = ? ORDER BY n",
             (file_id,))]
 
-    def _names(self, file_ids: Sequence[int]) -> dict[int, str]:
-        return dict(self.conn.execute(
-            "SELECT file_id, name FROM notes WHERE file_id IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(file_ids)),)).fetchall())
+    def _link_names(self, file_ids: Sequence[int]) -> Iterable[tuple[str, bool]]:
+        """The names these notes are linked by: (name, whether an alias)."""
+        ids = json.dumps(list(file_ids))
+        return self.conn.execute(
+            "SELECT name, 0 FROM notes WHERE file_id IN (SELECT value FROM json_each(?)) "
+            "UNION ALL SELECT name, 1 FROM aliases WHERE file_id IN "
+            "(SELECT value FROM json_each(?))", (ids, ids)).fetchall()
 
     def _links_named(self, names: Sequence[str]) -> Iterable[tuple[int, int, str, str, int]]:
         """(note, its root id, its relpath, target, first line) of the links by these
