@@ -27,6 +27,102 @@ from tests.conftest import FIXTURES
 FAST = [sys.executable, "-m", "loomcli"]
 TYPER = [sys.executable, "-c", "from loomcli.cli import main; main()"]
 
+# The typer side's command lines run in children forked from one process that imported
+# typer and loom's commands once (~200 lines; each process spent most of its time in
+# those imports). A child is a process of its own: its own cwd, environment, argv, stdin
+# (/dev/null), stdout and stderr (files), exit code; nothing ran in the parent before
+# the fork but the imports. It can only make typer's side differ, never hide a fast
+# path that differs from typer: the fast path still starts as a process of its own.
+_FORKER = r"""
+import base64, json, os, sys, tempfile, traceback
+from loomcli.cli import main
+for line in sys.stdin:
+    req = json.loads(line)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdin = open(0, closefd=False)
+                os.chdir(req["cwd"])
+                os.environ.clear()
+                os.environ.update(req["env"])
+                sys.argv = ["-c", *req["args"]]
+                try:
+                    main()
+                    code = 0
+                except SystemExit as exc:
+                    if exc.code is None or isinstance(exc.code, int):
+                        code = exc.code or 0
+                    else:
+                        print(exc.code, file=sys.stderr)
+                except BaseException:
+                    traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        got = []
+        for f in (out, err):
+            f.seek(0)
+            got.append(base64.b64encode(f.read()).decode())
+        print(json.dumps([*got, os.waitstatus_to_exitcode(status)]), flush=True)
+"""
+
+
+class TyperForker:
+    """Runs `loom ARGS` through cli.main in a child of a process that imported it once."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def run(self, args: list[str], env: dict[str, str], cwd: Path) -> tuple[str, str, int]:
+        import base64
+        import json
+        import locale
+
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", _FORKER], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True, errors="surrogateescape")
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(cwd)}) + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        assert reply, "the typer forker stopped"
+        out, err, code = json.loads(reply)
+        encoding = locale.getpreferredencoding(False)
+
+        def text(data: str) -> str:  # as subprocess.run(text=True) decodes
+            got = base64.b64decode(data).decode(encoding, "surrogateescape")
+            return got.replace("\r\n", "\n").replace("\r", "\n")
+
+        return text(out), text(err), code
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+            self.proc = None
+
+
+_TYPER = TyperForker()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def typer_forker() -> Any:
+    yield _TYPER
+    _TYPER.stop()
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
@@ -50,8 +146,11 @@ def run(cmd: list[str], args: list[str], corpus: dict[str, Path], cwd: Path | No
            **(env or {})}
     env["LOOM_HOME"] = str(home or corpus["home"])
     env["COLUMNS"] = "100"  # typer's help is laid out for the terminal's width
+    if cmd is TYPER:
+        return _TYPER.run(args, env, cwd or corpus["notes"])
     proc = subprocess.run([*cmd, *args], env=env, cwd=cwd or corpus["notes"],
-                          capture_output=True, text=True, errors="surrogateescape")
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          errors="surrogateescape")
     return proc.stdout, proc.stderr, proc.returncode
 
 
