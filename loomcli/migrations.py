@@ -196,7 +196,7 @@ def _fill_aliases(conn: sqlite3.Connection) -> None:
             continue
         (body,) = conn.execute("SELECT body FROM docs WHERE id = ?", (file_id,)).fetchone()
         meta = markdown.parse(body, relpath)
-        if day is None:
+        if day is None or meta.title is None:  # (a daily note with a heading keeps it)
             conn.executemany("INSERT INTO aliases (file_id, name) VALUES (?, ?)",
                              [(file_id, name) for name in meta.names()])
             continue

@@ -70,6 +70,14 @@ def test_daily_note_names_and_titles():
     assert meta.fields() == "2026-03-14\nSaturday 14 March 2026\ndaily journal"
     titled = markdown.parse("title:: My day\n\n- x\n", "journals/2026_03_14.md")
     assert titled.title == "My day"  # a page's own title wins
+    assert titled.names() == ["my day", "mar 14th, 2026"]  # its date still names it
+    from loomcli.extract.text import extract_note
+
+    headed = extract_note(b"# Friday 1 March 2024\n\nMet [[Second idea]].\n",
+                          "Daily/2024-03-01.md")
+    assert headed.title == "Friday 1 March 2024"  # a heading the author wrote stays
+    assert headed.note is not None and headed.note.names() == ["mar 1st, 2024"]
+    assert extract_note(b"- met the plumber\n", "Daily/2024-03-01.md").title == "Mar 1st, 2024"
     page = markdown.parse("title:: Deep Work\nalias:: DW, [[Focus/Time]]\n\n- x\n", "p/dw.md")
     assert page.names() == ["dw", "focus/time", "deep work"]
 

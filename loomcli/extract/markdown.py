@@ -93,8 +93,15 @@ class NoteMeta(Record):
         """The other names `[[wikilinks]]` may name this note by (link keys, each once):
         its aliases and its title (Logseq's page name is its `title::`; a journal's, its
         date as Logseq shows it). A file's own name wins over them (store.common)."""
-        keys = [link_key(n) for n in [*self.aliases, *([self.title] if self.title else [])]]
+        named = [*self.aliases, *([self.title] if self.title else []),
+                 *([journal_title(self.day)] if self.day else [])]
+        keys = [link_key(n) for n in named]
         return [k for k in dict.fromkeys(keys) if k][:TAGS_MAX]
+
+
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)  # an ATX heading: a title
+HEADING_SCAN_CHARS = 4000  # where a title is looked for
+_TITLE_LINE = re.compile(r"\s*# +\S")  # a body that starts with a level-1 heading
 
 
 def is_markdown(relpath: str) -> bool:
@@ -107,7 +114,9 @@ def parse(text: str, relpath: str = "") -> NoteMeta:
     `relpath`: a daily note is titled by the date its name holds)."""
     body_start, values = front_matter(text)
     meta = NoteMeta(body_start, day=day_of(relpath))
-    meta.title = _one(values.get("title")) or (journal_title(meta.day) if meta.day else None)
+    meta.title = _one(values.get("title"))
+    if meta.title is None and meta.day and not _TITLE_LINE.match(text, body_start):
+        meta.title = journal_title(meta.day)  # (an H1 on its first line stays the title)
     meta.aliases = _unique(_many(values.get("aliases"), split=","))
     tags = [t.lstrip("#") for t in _many(values.get("tags"), split=r"[,\s]+")]
     body = text[body_start:body_start + BODY_SCAN_CHARS]

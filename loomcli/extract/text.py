@@ -14,8 +14,8 @@ _BOMS = (
     (b"\xff\xfe", "utf-16-le"),
     (b"\xfe\xff", "utf-16-be"),
 )
-_TITLE_SCAN_CHARS = 4000
-_ATX = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
+_TITLE_SCAN_CHARS = markdown.HEADING_SCAN_CHARS
+_ATX = markdown.HEADING
 _FRONT_TITLE = re.compile(r"\A---\r?\n(?:.*\r?\n)*?title:[ \t]*[\"']?(.+?)[\"']?[ \t]*\r?\n", re.M)
 _ORG_TITLE = re.compile(r"^#\+title:[ \t]*(.+)$", re.M | re.I)
 _ADOC_TITLE = re.compile(r"^=[ \t]+(.+)$", re.M)
