@@ -40,7 +40,7 @@ def test_wal_mode_and_migrations_recorded(store):
     assert names == ["001_initial", "002_trigrams", "003_vectors", "004_grams_blocks",
                      "006_scripts_and_passages", "007_stable_paths_and_skips",
                      "008_finite_vectors", "009_grams_todo", "010_ocr_fingerprint",
-                     "011_exact_words", "012_notes"]
+                     "011_exact_words", "012_notes", "013_aliases"]
 
 
 def test_a_new_index_has_16k_pages_and_an_old_one_keeps_its_own(store, tmp_path):
