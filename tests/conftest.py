@@ -216,3 +216,12 @@ def pgvector_server() -> Any:
 def pgvector_url(pgvector_server: Any) -> str:
     """The url of a new, empty database on the session's PostgreSQL with pgvector."""
     return str(pgvector_server.create_db())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, monkeypatch) -> str:
+    """Each backend in turn: PostgreSQL (tests/pg.py) through LOOM_DATABASE_URL; where
+    none can be started, its run skips saying why."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("LOOM_DATABASE_URL", request.getfixturevalue("pg_url"))
+    return request.param

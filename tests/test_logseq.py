@@ -10,8 +10,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from loomcli.extract import markdown
 from loomcli.store import Store
 
@@ -20,15 +18,6 @@ from .llm_server import FakeLLM
 from .test_notes import _context, _sent, links_of, loom, paths, search
 
 UUID = "6564b0f2-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request, monkeypatch) -> str:
-    """Each backend in turn: PostgreSQL (tests/pg.py) through LOOM_DATABASE_URL; where
-    none can be started, its run skips saying why."""
-    if request.param == "postgresql":
-        monkeypatch.setenv("LOOM_DATABASE_URL", request.getfixturevalue("pg_url"))
-    return request.param
 
 
 def make_graph(tmp_path: Path) -> Path:

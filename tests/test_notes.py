@@ -215,15 +215,6 @@ def test_logseq_graph(tmp_path, loom_home):
     assert back == [{"path": "journals/2024_03_01.md", "title": "Mar 1st, 2024", "line": 1}]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request, monkeypatch) -> str:
-    """Each backend in turn: PostgreSQL (tests/pg.py) through LOOM_DATABASE_URL; where
-    none can be started, its run skips saying why."""
-    if request.param == "postgresql":
-        monkeypatch.setenv("LOOM_DATABASE_URL", request.getfixturevalue("pg_url"))
-    return request.param
-
-
 def links_of(note: str) -> dict:
     proc = loom("links", note, "--json")
     assert proc.returncode == 0, proc.stderr
