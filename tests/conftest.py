@@ -170,22 +170,27 @@ def bm25_hits(store: Any, query: str, limit: int, operator: str = "auto") -> lis
     return hits(store, rank_files(store, query, limit, operator), query)
 
 
+def _postgresql(why: str | None, start: Any, what: str) -> Any:
+    """A server from `start()` for a session fixture, stopped and removed at its end; skips
+    with `why` (or why it would not start) where it cannot run."""
+    if why is not None:
+        pytest.skip(why)
+    try:
+        server = start()
+    except RuntimeError as exc:
+        pytest.skip(f"{what} could not be started: {exc}")
+    yield server
+    server.stop()
+    shutil.rmtree(server.base, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Any:
     """A real PostgreSQL for the session (tests/pg.py), stopped at its end; the tests that
     use it skip, with the reason, where none can be started."""
     from tests import pg
 
-    why = pg.reason()
-    if why is not None:
-        pytest.skip(why)
-    try:
-        server = pg.start_server()
-    except RuntimeError as exc:
-        pytest.skip(f"PostgreSQL could not be started: {exc}")
-    yield server
-    server.stop()
-    shutil.rmtree(server.base, ignore_errors=True)
+    yield from _postgresql(pg.reason(), pg.start_server, "PostgreSQL")
 
 
 @pytest.fixture
@@ -201,15 +206,8 @@ def pgvector_server() -> Any:
     from tests import pg
 
     why = pg.vector_reason()
-    if why is not None:
-        pytest.skip(why)
-    try:
-        server = pg.start_server(pg.vector_bin())
-    except RuntimeError as exc:
-        pytest.skip(f"PostgreSQL with pgvector could not be started: {exc}")
-    yield server
-    server.stop()
-    shutil.rmtree(server.base, ignore_errors=True)
+    yield from _postgresql(why, lambda: pg.start_server(pg.vector_bin()),
+                           "PostgreSQL with pgvector")
 
 
 @pytest.fixture
