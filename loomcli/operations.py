@@ -503,10 +503,11 @@ class Corpus:
 
     def __init__(self, config: Config, roots: list[Path] | None = None,
                  db_path: Path | None = None, keep_open: bool = False,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, schema: str | None = None) -> None:
         self.config, self.roots, self.db_path, self.keep_open = (config, roots, db_path,
                                                                  keep_open)
         self.owner = owner
+        self.schema = schema  # a corpus's, in the database of `[store] url`
 
     @classmethod
     def default(cls, config_override: str | None = None) -> Corpus:
@@ -524,6 +525,11 @@ class Corpus:
         if not (folder / "notes").is_dir():
             raise IndexMissingError(f"no corpus named {name!r}",
                                     f"create <corpus-root>/{name}/notes and scan it")
+        if base.store_url is not None:  # its own schema of the team's database
+            from loomcli.store.pg_connect import corpus_schema
+
+            return cls(base, roots=[folder / "notes"], keep_open=keep_open, owner=owner,
+                       schema=corpus_schema(name))
         return cls(base, roots=[folder / "notes"], db_path=folder / "index.db",
                    keep_open=keep_open, owner=owner)
 
@@ -534,9 +540,13 @@ class Corpus:
     @property
     def location(self) -> Path | str:
         """Where the index is: the PostgreSQL database of `[store] url` (or
-        $LOOM_DATABASE_URL), else the SQLite file (always, for a corpus of `serve
-        --corpus-root`: its own file)."""
+        $LOOM_DATABASE_URL; for a corpus of `serve --corpus-root`, its schema there),
+        else the SQLite file (for a corpus of `serve --corpus-root`: its own file)."""
         url = None if self.db_path else self.config.store_url
+        if url is not None and self.schema is not None:
+            from loomcli.store.pg_connect import in_schema
+
+            return in_schema(url, self.schema)
         return url or self.index_path
 
     def index_exists(self) -> bool:
@@ -566,7 +576,7 @@ class Corpus:
         if isinstance(location, str):
             from loomcli.store.pg_connect import Router
 
-            router = Router.shared(self.config)
+            router = Router.shared(self.config, self.schema)
             if router is not None:
                 connect = (lambda: router.connect_primary(autocommit=True)) if writing \
                     else router.connect_reader
@@ -969,12 +979,12 @@ class Corpus:
                      engines={"pdf": pdf.engine(),
                               "ocr": f"tesseract {reader.languages}" if reader.enabled
                               else "off"})
-        url = self.config.store_url if self.db_path is None else None
-        if url is not None:  # PostgreSQL: where (never a password), and each replica's lag
+        url = self.location
+        if isinstance(url, str):  # PostgreSQL: where (never a password), each replica's lag
             from loomcli.store.pg_connect import Router, place
 
             out.backend, out.index = "postgresql", place(url)
-            router = Router.from_config(self.config)
+            router = Router.from_config(self.config, self.schema)
             if router is not None:
                 try:
                     out.replicas = router.replica_status()

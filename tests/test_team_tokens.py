@@ -34,9 +34,10 @@ def corpora(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def served(corpora: Path, loom_home: Path) -> Iterator[tuple[Server, FakeLLM]]:
+def served(corpora: Path, loom_home: Path, backend: str) -> Iterator[tuple[Server, FakeLLM]]:
     """A server over both corpora with embeddings and an LLM stand-in; both corpora
-    scanned (by the server's own token, which reaches every corpus)."""
+    scanned (by the server's own token, which reaches every corpus). On each backend: on
+    PostgreSQL both corpora share the database of LOOM_DATABASE_URL, a schema each."""
     with FakeEmbeddings() as embed, FakeLLM() as llm:
         write(loom_home / "config.toml",
               f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n'
@@ -123,9 +124,42 @@ def test_conversations_are_kept_per_token(served, corpora):
     assert status == 200 and follow["conversation_id"] == cid
     assert len(llm.requests) > sent
     kept = sorted(p.name for p in (corpora / "bob").glob("conversations*.db"))
+    if os.environ.get("LOOM_DATABASE_URL"):  # kept in bob's schema of the database
+        assert kept == []
+        return
     assert len(kept) == 1 and kept[0].startswith("conversations-")  # tok-bob's alone
     assert "tok-bob" not in kept[0]  # a digest names the file, never the token
     assert not list((corpora / "alice").glob("conversations*.db"))
+
+
+def test_on_postgresql_each_corpus_is_a_schema_of_the_database(corpora, loom_home, pg_url,
+                                                               monkeypatch):
+    """`serve --corpus-root` with `[store] url`: each corpus's index in a schema of its
+    own (loom_<name>), nothing in the corpus folders; their scans take their own locks,
+    `loom status` of a corpus names its schema."""
+    import psycopg
+
+    monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
+    s = Server("--corpus-root", str(corpora), "--processes", "1",
+               env={"LOOM_HTTP_TOKEN": "admin", "LOOM_HTTP_TOKENS": json.dumps(TOKENS)})
+    try:
+        for name in ("alice", "bob"):
+            status, report = s.call("POST", "/scan", {"corpus": name}, token="admin")
+            assert status == 200 and report["added"] == 2, report
+        status, st = s.call("GET", "/status", token="tok-bob",
+                            headers={"Accept": "application/json"})
+        assert status == 200 and st["backend"] == "postgresql", st
+        assert st["store"].endswith(", schema loom_bob") and st["files"] == 2, st
+    finally:
+        s.stop()
+    assert not list(corpora.rglob("*.db"))
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT table_schema, count(*) FROM information_schema.tables "
+                            "WHERE table_name = 'files' GROUP BY 1 ORDER BY 1").fetchall()
+        assert rows == [("loom_alice", 1), ("loom_bob", 1)]
+        paths = {schema: sorted(r[0] for r in conn.execute(
+            f"SELECT relpath FROM {schema}.files")) for schema in ("loom_alice", "loom_bob")}
+    assert paths == {"loom_alice": ["tea.md", "zoo.md"], "loom_bob": ["secret.md", "zoo.md"]}
 
 
 def mcp_session(url: str, token: str) -> tuple[set[str], dict[str, Any], dict[str, Any]]:

@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from loomcli.errors import ConfigError, StoreDownError
 
@@ -40,14 +40,60 @@ _SIGN_IN = ("authentication", "password", "does not exist", "no pg_hba.conf entr
 
 
 def place(url: str) -> str:
-    """A server as it may be shown: `host:port/db`, never a user or a password."""
+    """A server as it may be shown: `host:port/db` (and the schema of a corpus's index),
+    never a user or a password."""
     try:
         parts = urlsplit(url)
         netloc = parts.netloc.rpartition("@")[2] or "localhost"
     except ValueError:
         return "(an unreadable URL)"
     db = unquote(parts.path.lstrip("/")) or "(default database)"
-    return f"{netloc}/{db}"
+    schema = schema_of(url)
+    return f"{netloc}/{db}" + (f", schema {schema}" if schema else "")
+
+
+# Several corpora in one database (`serve --corpus-root` with `[store] url`): each in a
+# schema of its own, named from the corpus (PostgreSQL folds unquoted names to lower case
+# and keeps 63 bytes of a name: a name that would change is shortened with a digest).
+SCHEMA_PREFIX = "loom_"
+_PLAIN_SCHEMA = re.compile(r"[a-z0-9_]{1,58}")
+_SEARCH_PATH = re.compile(r"search_path\s*=\s*([A-Za-z0-9_]+)")
+
+
+def corpus_schema(name: str) -> str:
+    """The schema a corpus's index lives in: `loom_<name>`, or for a name PostgreSQL would
+    fold or cut, its plain part and a digest (two corpora never share one)."""
+    if _PLAIN_SCHEMA.fullmatch(name):
+        return SCHEMA_PREFIX + name
+    import zlib
+
+    plain = re.sub(r"[^a-z0-9_]", "_", name.lower())[:48]
+    return f"{SCHEMA_PREFIX}{plain}_{zlib.crc32(name.encode()):08x}"
+
+
+def in_schema(url: str, schema: str) -> str:
+    """`url` with libpq's `options` setting the search path to `schema` (then public,
+    where the extensions are): every connection made from it, in this process or in
+    grep's index builder, reads and writes that schema's tables."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    setting = f"-c search_path={schema},public"
+    kept = [(k, v) for k, v in query if k != "options"]
+    given = " ".join(v for k, v in query if k == "options")
+    kept.append(("options", f"{given} {setting}".strip()))
+    return urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
+
+
+def schema_of(url: str) -> str | None:
+    """The schema a URL's `options` put first in the search path (in_schema), or None:
+    the database's default."""
+    try:
+        query = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    except ValueError:
+        return None
+    found = [name for key, value in query if key == "options"
+             for name in _SEARCH_PATH.findall(value)]
+    return found[-1].lower() if found else None  # the last wins, folded as PostgreSQL does
 
 
 def reason(exc: BaseException) -> str:
@@ -76,6 +122,23 @@ def _row(conn: psycopg.Connection[Any], sql: str, args: tuple[Any, ...] = ()
     return tuple(row)
 
 
+def create_extension(conn: Any, name: str) -> None:
+    """CREATE EXTENSION where every index of the database sees it: in public when a
+    corpus's schema comes first in the search path (it would go there otherwise, out of
+    the other corpora's sight)."""
+    first, schemas = conn.execute("SELECT current_schema(), current_schemas(false)"
+                                  ).fetchone()
+    where = " SCHEMA public" if first != "public" and "public" in schemas else ""
+    conn.execute(f"CREATE EXTENSION IF NOT EXISTS {name}{where}")
+
+
+def _urls(url: str, read_urls: Sequence[str], schema: str | None
+          ) -> tuple[str, list[str]]:
+    if schema is None:
+        return url, list(read_urls)
+    return in_schema(url, schema), [in_schema(u, schema) for u in read_urls]
+
+
 class Router:
     """Connections to one store's servers. `read` and `write` run a function on a
     connection kept per thread (servers answer many requests; a connect is a round trip
@@ -93,26 +156,28 @@ class Router:
         self._urls: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     @classmethod
-    def from_config(cls, config: Config) -> Router | None:
-        """The config's store, or None when the index is the SQLite file."""
+    def from_config(cls, config: Config, schema: str | None = None) -> Router | None:
+        """The config's store, or None when the index is the SQLite file. `schema`: a
+        corpus's (corpus_schema), on the primary and every replica alike."""
         url = config.store_url
         if url is None:
             return None
-        return cls(url, config.read_urls, config.store_password)
+        return cls(*_urls(url, config.read_urls, schema), config.store_password)
 
     @classmethod
-    def shared(cls, config: Config) -> Router | None:
+    def shared(cls, config: Config, schema: str | None = None) -> Router | None:
         """from_config's router, one per process for the same servers: a server's
         requests share what it learnt (which replica is down) and its kept connections.
-        A config that names other servers gets another router."""
+        A config that names other servers (or another schema) gets another router."""
         url = config.store_url
         if url is None:
             return None
-        key = (url, tuple(config.read_urls), config.store_password)
+        primary, replicas = _urls(url, config.read_urls, schema)
+        key = (primary, tuple(replicas), config.store_password)
         with _SHARED_LOCK:
             router = _SHARED.get(key)
             if router is None:
-                router = _SHARED[key] = cls(url, config.read_urls, config.store_password)
+                router = _SHARED[key] = cls(primary, replicas, config.store_password)
         return router
 
     # -- connecting -----------------------------------------------------------------------

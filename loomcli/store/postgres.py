@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 URL_SCHEMES = ("postgresql://", "postgres://")
 FILE_WEIGHTS = (TITLE_WEIGHT, BODY_WEIGHT, GRAMS_WEIGHT)  # title, body, grams
 PASSAGE_WEIGHTS = (1.0, 1.0)  # body, grams: FTS5's bm25() without weights
-MIGRATE_LOCK = 7_206_001  # advisory lock keys (per database)
+# Advisory lock keys: (lock, the index's schema), so corpora in one database (a schema
+# each: pg_connect.in_schema) never wait for each other.
+MIGRATE_LOCK = 7_206_001
 WRITE_LOCK = 7_206_002
 BUILDER_LOCK = 7_206_003  # held by the process filling grep's index (grep_index.py)
 CONNECT_TIMEOUT = 10  # seconds
@@ -83,6 +85,18 @@ def is_url(value: object) -> bool:
 def shown_url(url: str) -> str:
     """The url without a password, for messages."""
     return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1@", url)
+
+
+@functools.lru_cache(maxsize=64)
+def namespace(url: str) -> int:
+    """The second key of the index's advisory locks: its schema's (0: the database's
+    default search path), as PostgreSQL's int4."""
+    import zlib
+
+    from loomcli.store.pg_connect import schema_of
+
+    schema = schema_of(url)
+    return 0 if schema is None else zlib.crc32(schema.encode()) - (1 << 31)
 
 
 @functools.lru_cache(maxsize=64)
@@ -160,7 +174,9 @@ def _trigram_index(conn: Any) -> None:
     available = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'"
                              ).fetchone()
     if available:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        from loomcli.store.pg_connect import create_extension
+
+        create_extension(conn, "pg_trgm")
         conn.execute("CREATE INDEX blocks_trgm ON blocks USING gin (body gin_trgm_ops) "
                      "WHERE indexed")
 
@@ -214,11 +230,19 @@ MIGRATIONS: list[tuple[str, Any]] = [
 ]
 
 
-def migrate(conn: Any) -> None:
+def migrate(conn: Any, url: str) -> None:
     """Apply the migrations this database has not seen, each once: under an advisory
-    lock, so two processes opening a new database never both run one."""
-    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK,))
+    lock, so two processes opening a new database never both run one. A corpus's schema
+    (the URL's search path) is made first."""
+    from loomcli.store.pg_connect import schema_of
+
+    key = (MIGRATE_LOCK, namespace(url))
+    conn.execute("SELECT pg_advisory_lock(%s, %s)", key)
     try:
+        schema = schema_of(url)
+        if schema is not None and conn.execute("SELECT to_regnamespace(%s) IS NULL",
+                                               (schema,)).fetchone()[0]:
+            conn.execute(f"CREATE SCHEMA {schema}")  # a plain name (schema_of)
         conn.execute("CREATE TABLE IF NOT EXISTS migrations (name text PRIMARY KEY, "
                      "applied_at double precision NOT NULL)")
         done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
@@ -232,7 +256,7 @@ def migrate(conn: Any) -> None:
                     conn.execute(step)
                 conn.execute("INSERT INTO migrations VALUES (%s, %s)", (name, time.time()))
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK,))
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
 
 
 def _check_owner(conn: Any, url: str) -> set[str] | None:
@@ -241,17 +265,24 @@ def _check_owner(conn: Any, url: str) -> set[str] | None:
     refused. One statement for an index that exists (every cold command asks)."""
     import psycopg
 
+    from loomcli.store.pg_connect import schema_of
+
+    # A corpus's schema by name: until it exists, public's tables are not its index.
+    schema = schema_of(url)
+    table = "migrations" if schema is None else f"{schema}.migrations"
     try:
-        done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
-    except psycopg.errors.UndefinedTable:
+        done = {r[0] for r in conn.execute(f"SELECT name FROM {table}")}
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         # Looked at again under the migrations' lock: another process may be making
         # the index right now (its tables appear, `migrations` first).
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK,))
+        key = (MIGRATE_LOCK, namespace(url))
+        conn.execute("SELECT pg_advisory_lock(%s, %s)", key)
         try:
             tables = {r[0] for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+                "SELECT tablename FROM pg_tables WHERE schemaname = "
+                "coalesce(%s, current_schema())", (schema,))}
             if "migrations" in tables:
-                done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+                done = {r[0] for r in conn.execute(f"SELECT name FROM {table}")}
             elif tables:
                 raise IndexStateError(f"the database {shown_url(url)} holds tables, but "
                                       "not a loom index",
@@ -259,7 +290,7 @@ def _check_owner(conn: Any, url: str) -> set[str] | None:
             else:
                 return None
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK,))
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
     known = {name for name, _ in MIGRATIONS}
     if done - known:
         raise IndexStateError(
@@ -326,7 +357,7 @@ class PostgresStore(Common):
                     raise IndexStateError(
                         f"the index in {shown_url(url)} needs an upgrade a replica "
                         "cannot take", "run `loom scan` once against the primary")
-                migrate(conn)
+                migrate(conn, url)
         except psycopg.Error as exc:
             conn.close()
             raise explain(exc, url) from None
@@ -397,31 +428,37 @@ class PostgresStore(Common):
 
     # -- locks (locks.py's, as advisory locks) --------------------------------------------
 
+    def lock(self, key: int) -> tuple[int, int]:
+        """An advisory lock of this index: `key` within its schema (namespace)."""
+        return key, namespace(self.url)
+
     @contextmanager
     def write_lock(self, on_wait: Any = None) -> Iterator[None]:
         """One writer at a time, on any machine: a session-level advisory lock, given
         back by the server when the process dies. Held by grep's index builder, it is
         waited for (the builder gives way within one batch: a waiting writer makes its
         next try fail, PostgreSQL queues lock requests fairly)."""
-        if not self._q("SELECT pg_try_advisory_lock(%s)", (WRITE_LOCK,)).fetchone()[0]:
+        if not self._q("SELECT pg_try_advisory_lock(%s, %s)", self.lock(WRITE_LOCK)
+                       ).fetchone()[0]:
             if not self.building():
                 if on_wait is None:
                     raise BusyError(f"another loom scan is writing to {self.shown}",
                                     "wait for it to finish and try again")
                 on_wait(f"another loom scan is writing to {self.shown}; waiting for it "
                         "to finish…")
-            self._q("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
+            self._q("SELECT pg_advisory_lock(%s, %s)", self.lock(WRITE_LOCK))
         self._locked = True
         try:
             yield
         finally:
             self._locked = False
-            self._q("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+            self._q("SELECT pg_advisory_unlock(%s, %s)", self.lock(WRITE_LOCK))
 
     def building(self) -> bool:
         """Whether a process fills grep's index now: it holds the builder's lock."""
-        if self._q("SELECT pg_try_advisory_lock_shared(%s)", (BUILDER_LOCK,)).fetchone()[0]:
-            self._q("SELECT pg_advisory_unlock_shared(%s)", (BUILDER_LOCK,))
+        key = self.lock(BUILDER_LOCK)
+        if self._q("SELECT pg_try_advisory_lock_shared(%s, %s)", key).fetchone()[0]:
+            self._q("SELECT pg_advisory_unlock_shared(%s, %s)", key)
             return False
         return True
 
@@ -1386,17 +1423,18 @@ class _Turns:
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
-        store._q("SELECT pg_advisory_lock_shared(%s)", (BUILDER_LOCK,))
+        store._q("SELECT pg_advisory_lock_shared(%s, %s)", store.lock(BUILDER_LOCK))
 
     def take(self) -> bool:
-        return bool(self.store._q("SELECT pg_try_advisory_lock(%s)", (WRITE_LOCK,)
-                                  ).fetchone()[0])
+        return bool(self.store._q("SELECT pg_try_advisory_lock(%s, %s)",
+                                  self.store.lock(WRITE_LOCK)).fetchone()[0])
 
     def give_back(self) -> None:
-        self.store._q("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+        self.store._q("SELECT pg_advisory_unlock(%s, %s)", self.store.lock(WRITE_LOCK))
 
     def close(self) -> None:
-        self.store._q("SELECT pg_advisory_unlock_shared(%s)", (BUILDER_LOCK,))
+        self.store._q("SELECT pg_advisory_unlock_shared(%s, %s)",
+                      self.store.lock(BUILDER_LOCK))
 
 
 def _holds(key: tuple[str, str], term: str) -> bool:

@@ -59,7 +59,9 @@ def migration(conn: Any) -> None:
         return
     try:
         with conn.transaction():  # a savepoint: a refusal leaves the migration going on
-            conn.execute(f"CREATE EXTENSION IF NOT EXISTS {EXTENSION}")
+            from loomcli.store.pg_connect import create_extension
+
+            create_extension(conn, EXTENSION)
     except psycopg.Error:
         return  # not allowed to (the extension needs a superuser or a trusted install)
     conn.execute(PASSAGES)

@@ -1,0 +1,63 @@
+"""Several corpora in one PostgreSQL database (`serve --corpus-root` with `[store] url`):
+each index in a schema of its own, reached through libpq's `options` in its URL, with its
+own tables, migrations and advisory locks. Names first, then a real server (tests/pg.py);
+the served case over HTTP and MCP is in test_team_tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from loomcli.store.pg_connect import corpus_schema, in_schema, place, schema_of
+
+
+def test_a_corpus_schema_is_a_plain_name_postgresql_keeps_as_written():
+    assert corpus_schema("alice") == "loom_alice"
+    assert corpus_schema("team_2") == "loom_team_2"
+    # Names PostgreSQL would fold or cut get a digest: two corpora never share a schema.
+    folded = {corpus_schema(n) for n in ("Alice", "alice-", "ALICE", "a" * 64, "a" * 63)}
+    assert len(folded) == 5 and "loom_alice" not in folded
+    for name in folded:
+        assert name.startswith("loom_") and len(name) <= 63 and name == name.lower()
+
+
+def test_a_schema_rides_in_the_url_beside_its_other_parameters():
+    url = "postgresql://ann@db.example:5433/team?sslmode=require&options=-c%20work_mem%3D64MB"
+    moved = in_schema(url, "loom_alice")
+    assert schema_of(moved) == "loom_alice" and schema_of(url) is None
+    assert "sslmode=require" in moved and "work_mem%3D64MB" in moved
+    assert schema_of(in_schema(moved, "loom_bob")) == "loom_bob"  # the last setting wins
+    assert place(moved) == "db.example:5433/team, schema loom_alice"
+    assert place(url) == "db.example:5433/team"
+
+
+def test_each_schema_is_an_index_of_its_own(pg_url, tmp_path):
+    """Tables, migrations and the write lock per schema: a scan of one corpus never
+    waits for another's, and a corpus not scanned yet is not the database's other index."""
+    from loomcli.errors import BusyError, IndexMissingError
+    from loomcli.store import open_store
+
+    default = open_store(pg_url, create=True)  # an index in the database's own schema
+    alice_url, bob_url = in_schema(pg_url, "loom_alice"), in_schema(pg_url, "loom_bob")
+    with pytest.raises(IndexMissingError):
+        open_store(alice_url)  # public's index is not alice's
+    alice = open_store(alice_url, create=True)
+    bob = open_store(bob_url, create=True)
+    again = open_store(alice_url)
+    try:
+        with alice.write_lock():
+            with bob.write_lock(), default.write_lock():
+                pass  # other schemas' locks are free
+            with pytest.raises(BusyError), again.write_lock():
+                pass  # the same schema's is held
+        for store, schema in ((alice, "loom_alice"), (bob, "loom_bob")):
+            assert store.pg.execute("SELECT current_schema()").fetchone()[0] == schema
+            migrated = store.pg.execute("SELECT count(*) FROM migrations").fetchone()[0]
+            assert migrated == default.pg.execute(
+                "SELECT count(*) FROM public.migrations").fetchone()[0]
+        # pg_trgm went where every schema sees it: grep's filter works in each.
+        assert default.pg.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                                  "ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+                                  ).fetchone() in (None, ("public",))
+    finally:
+        for store in (default, alice, bob, again):
+            store.close()
