@@ -61,3 +61,33 @@ def test_each_schema_is_an_index_of_its_own(pg_url, tmp_path):
     finally:
         for store in (default, alice, bob, again):
             store.close()
+
+
+def test_a_search_path_in_the_url_puts_the_index_in_that_schema(pg_url, tmp_path, loom_home):
+    """Without --corpus-root too: `LOOM_DATABASE_URL` (or `[store] url`) naming a search
+    path keeps the whole index there, made when missing; `loom status` says where."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from tests.conftest import write
+
+    write(tmp_path / "notes" / "kiln.md", "# Kiln\nthe kiln fires at 1200 degrees\n")
+    url = pg_url + "?options=-c%20search_path%3Dteam_docs,public"
+    env = {**os.environ, "LOOM_DATABASE_URL": url}
+    loom = [sys.executable, "-m", "loomcli"]
+    scan = subprocess.run([*loom, "scan", str(tmp_path / "notes")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert scan.returncode == 0, scan.stderr
+    status = json.loads(subprocess.run([*loom, "status", "--json"], env=env, check=True,
+                                       capture_output=True, text=True, timeout=60).stdout)
+    assert status["store"].endswith(", schema team_docs") and status["files"] == 1
+    grep = subprocess.run([*loom, "grep", "-c", "1200"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert grep.stdout.strip() == "kiln.md:1", grep.stderr
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT relpath FROM team_docs.files").fetchall() == [("kiln.md",)]
+        assert conn.execute("SELECT to_regclass('public.files')").fetchone() == (None,)
