@@ -91,3 +91,27 @@ def test_a_search_path_in_the_url_puts_the_index_in_that_schema(pg_url, tmp_path
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT relpath FROM team_docs.files").fetchall() == [("kiln.md",)]
         assert conn.execute("SELECT to_regclass('public.files')").fetchone() == (None,)
+
+
+def test_a_corpus_scan_never_touches_the_schemas_after_it_in_the_path(pg_url):
+    """A first scan drops its postings' indexes (made again at its end); a scan that died
+    left them dropped, and the next one must not then find public's by the search path."""
+    from loomcli.store import open_store
+
+    def indexes(store, schema):  # type: ignore[no-untyped-def]
+        return {r[0] for r in store.pg.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = "
+            "'fts_terms'", (schema,))}
+
+    default = open_store(pg_url, create=True)
+    before = indexes(default, "public")
+    alice_url = in_schema(pg_url, "loom_alice")
+    died, again = open_store(alice_url, create=True), open_store(alice_url)
+    try:
+        died.begin_scan(["notes"])  # its indexes dropped; it never finishes
+        assert indexes(died, "loom_alice") == set()
+        again.begin_scan(["notes"])
+        assert before and indexes(default, "public") == before
+    finally:
+        for store in (default, died, again):
+            store.close()

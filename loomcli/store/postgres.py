@@ -739,13 +739,13 @@ class PostgresStore(Common):
         """A first scan (no postings yet) writes its postings without their indexes, which
         are made once at its end (_make_indexes): kept up row by row they were two thirds
         of the server's time. A scan that died before the end left them missing: made now."""
-        have, empty = self._q(
+        have, empty, schema = self._q(
             "SELECT (SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND indexname = ANY(%s)), NOT EXISTS (SELECT 1 FROM fts_len)",
-            (list(POSTINGS_INDEXES),)).fetchone()
+            "AND indexname = ANY(%s)), NOT EXISTS (SELECT 1 FROM fts_len), "
+            "quote_ident(current_schema())", (list(POSTINGS_INDEXES),)).fetchone()
         if empty:
-            for name in POSTINGS_INDEXES:
-                self._q(f"DROP INDEX IF EXISTS {name}")
+            for name in POSTINGS_INDEXES:  # this schema's: never one further along the path
+                self._q(f"DROP INDEX IF EXISTS {schema}.{name}")
             self._bulk = True
         elif have < len(POSTINGS_INDEXES):
             self._bulk = True

@@ -92,7 +92,10 @@ def hnsw_index(conn: Any, dim: int) -> bool:
     HNSW_MAX_DIM: those are ranked by an exact scan); whether it was made now."""
     d = int(dim)
     if not 0 < d <= HNSW_MAX_DIM or conn.execute(
-            f"SELECT to_regclass('passages_hnsw_{d}') IS NOT NULL").fetchone()[0]:
+            # In this index's schema only (a corpus's, pg_connect.in_schema): never
+            # another's found further along the search path.
+            "SELECT to_regclass(quote_ident(current_schema()) || %s) IS NOT NULL",
+            (f".passages_hnsw_{d}",)).fetchone()[0]:
         return False
     conn.execute(f"CREATE INDEX IF NOT EXISTS passages_hnsw_{d} ON passages USING hnsw "
                  f"((embedding::vector({d})) vector_ip_ops) WHERE dim = {d}")
@@ -103,7 +106,8 @@ def version(conn: Any) -> tuple[int, ...] | None:
     """pgvector's version in this database when `passages` exists (loom ranks with it),
     else None (vectors ranked in loom)."""
     row = conn.execute("SELECT e.extversion FROM pg_extension e WHERE e.extname = %s "
-                       "AND to_regclass('passages') IS NOT NULL", (EXTENSION,)).fetchone()
+                       "AND to_regclass(quote_ident(current_schema()) || '.passages') "
+                       "IS NOT NULL", (EXTENSION,)).fetchone()
     if row is None:
         return None
     parts = []
