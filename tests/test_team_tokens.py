@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +43,23 @@ def served(corpora: Path, loom_home: Path, backend: str) -> Iterator[tuple[Serve
         write(loom_home / "config.toml",
               f'[llm]\nprovider = "ollama"\nmodel = "m"\nendpoint = "{llm.url}"\n'
               f'[embeddings]\nenabled = true\nprovider = "ollama"\nendpoint = "{embed.url}"\n')
-        s = Server("--corpus-root", str(corpora), "--processes", "1",
-                   env={"LOOM_HTTP_TOKEN": "admin", "LOOM_HTTP_TOKENS": json.dumps(TOKENS)})
-        try:
-            for name in ("alice", "bob"):
-                status, report = s.call("POST", "/scan", {"corpus": name}, token="admin")
-                assert status == 200 and report["added"] == 2, report
+        with scanned(corpora) as s:
             yield s, llm
-        finally:
-            s.stop()
+
+
+@contextmanager
+def scanned(corpora: Path) -> Iterator[Server]:
+    """`loom serve --corpus-root` with TOKENS, both corpora scanned by the server's own
+    token (which reaches every corpus)."""
+    s = Server("--corpus-root", str(corpora), "--processes", "1",
+               env={"LOOM_HTTP_TOKEN": "admin", "LOOM_HTTP_TOKENS": json.dumps(TOKENS)})
+    try:
+        for name in ("alice", "bob"):
+            status, report = s.call("POST", "/scan", {"corpus": name}, token="admin")
+            assert status == 200 and report["added"] == 2, report
+        yield s
+    finally:
+        s.stop()
 
 
 def paths(body: dict[str, Any], key: str) -> list[str]:
@@ -135,23 +144,16 @@ def test_conversations_are_kept_per_token(served, corpora):
 def test_on_postgresql_each_corpus_is_a_schema_of_the_database(corpora, loom_home, pg_url,
                                                                monkeypatch):
     """`serve --corpus-root` with `[store] url`: each corpus's index in a schema of its
-    own (loom_<name>), nothing in the corpus folders; their scans take their own locks,
-    `loom status` of a corpus names its schema."""
+    own (loom_<name>), nothing in the corpus folders; `loom status` of a corpus names its
+    schema. (Locks per schema: test_pg_schemas.)"""
     import psycopg
 
     monkeypatch.setenv("LOOM_DATABASE_URL", pg_url)
-    s = Server("--corpus-root", str(corpora), "--processes", "1",
-               env={"LOOM_HTTP_TOKEN": "admin", "LOOM_HTTP_TOKENS": json.dumps(TOKENS)})
-    try:
-        for name in ("alice", "bob"):
-            status, report = s.call("POST", "/scan", {"corpus": name}, token="admin")
-            assert status == 200 and report["added"] == 2, report
+    with scanned(corpora) as s:
         status, st = s.call("GET", "/status", token="tok-bob",
                             headers={"Accept": "application/json"})
         assert status == 200 and st["backend"] == "postgresql", st
         assert st["store"].endswith(", schema loom_bob") and st["files"] == 2, st
-    finally:
-        s.stop()
     assert not list(corpora.rglob("*.db"))
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT table_schema, count(*) FROM information_schema.tables "
