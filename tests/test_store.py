@@ -121,6 +121,10 @@ def test_update_and_remove_keep_fts_consistent(store):
     assert [h.path for h in bm25_hits(store, "indigo", 5)] == ["a.md"]
     assert bm25_hits(store, "weaving", 5) == []
     assert bm25_hits(store, "madder", 5) == []
+    # The count BM25's rare-word rule divides by (read from the full-text index's sizes)
+    # is the files with a text, after a replace and a removal too.
+    docs = store.conn.execute("SELECT count(*) FROM docs").fetchone()[0]
+    assert store.file_count() == docs == 2
 
 
 def test_get_range_is_bytes_snapped_to_characters(store):

@@ -778,7 +778,10 @@ class Store(Common):
             (match, cap)).fetchone()[0])
 
     def file_count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
+        """The files with a text: one row each in `docs` and in the full-text index, whose
+        size table (a few bytes a row) counts them in microseconds — counting `docs`
+        walked every page of the texts (5 ms warm, 16 ms cold on the kernel docs)."""
+        return int(self.conn.execute("SELECT count(*) FROM fts_docsize").fetchone()[0])
 
     def text_bytes(self, file_id: int, offset: int = 0, length: int | None = None) -> bytes:
         """A byte range of a file's UTF-8 text. Incremental blob I/O reads only the pages
