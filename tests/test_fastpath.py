@@ -292,6 +292,9 @@ def test_the_fast_commands_answer_without_importing_typer(corpus: dict[str, Path
         # Nor typing and dataclasses (with inspect and ast): over half of what a cold
         # grep executed (loomcli/records.py).
         assert not modules & {"typing", "dataclasses", "inspect", "ast"}, args
+        if args[0] != "scan":  # a read takes no lock, and only grep needs trigrams
+            assert "loomcli.store.locks" not in modules, args
+            assert ("loomcli.search.trigrams" in modules) == (args[0] == "grep"), args
     out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
                          ["grep", "--help"], corpus)
     assert code == 0 and "typer" in err  # help is typer's

@@ -32,8 +32,6 @@ from loomcli.migrations import (
 )
 from loomcli.search import scripts
 from loomcli.search.text import Query, acronym, parse, utf8_len, words_apart
-from loomcli.search.trigrams import trigrams
-from loomcli.store import locks
 from loomcli.store.common import FILE_COLUMNS, Common
 from loomcli.store.rows import FileRow, Root
 
@@ -42,6 +40,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from loomcli.search.trigrams import Need
+    from loomcli.store import locks
 
 AMONG_BY_ROWID = 20  # a search among at most this many files asks FTS5 for each (_among)
 
@@ -89,6 +88,8 @@ def _quoted(text: str) -> str:
 def grams_match(need: Need) -> str:
     """grep's required literals as a MATCH of the trigram table: each literal's
     trigrams (trigrams.trigrams), all of them; "or" and "and" as written."""
+    from loomcli.search.trigrams import trigrams  # grep's: a search starts without it
+
     kind, arg = need
     if kind == "lit":
         return " AND ".join(_quoted(g) for g in trigrams(arg))
@@ -224,6 +225,8 @@ def _check_current(conn: sqlite3.Connection, path: Path) -> None:
 def set_aside(path: Path) -> None:
     """Move the index at `path` to `<index>.damaged` with its side files dropped, under
     the write lock (a writer of the old index, grep's builder, is done first)."""
+    from loomcli.store import locks
+
     with locks.write_lock(path):
         if path.exists():
             path.replace(path.with_name(path.name + ".damaged"))
@@ -316,19 +319,28 @@ class Store(Common):
         except sqlite3.DatabaseError as exc:  # damaged, full, read-only: say what to do
             raise explain(exc, self.path) from None
 
-    # -- locks: files beside the index (locks.py) -----------------------------------------
+    # -- locks: files beside the index (locks.py; imported by the writers only, a read's
+    # start-up does without it) ----------------------------------------------------------
 
     def write_lock(self, on_wait: Callable[[str], None] | None = None
                    ) -> AbstractContextManager[None]:
+        from loomcli.store import locks
+
         return locks.write_lock(self.path, on_wait)
 
     def building(self) -> bool:
+        from loomcli.store import locks
+
         return locks.building(self.path)
 
     def take_builder_lock(self) -> int | None:
+        from loomcli.store import locks
+
         return locks.take_builder_lock(self.path) if locks.HAVE_LOCKS else None
 
     def builder_turns(self) -> locks.Turns:
+        from loomcli.store import locks
+
         return locks.Turns(self.path)
 
     # -- roots and display paths ---------------------------------------------------------
