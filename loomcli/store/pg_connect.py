@@ -18,17 +18,21 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from loomcli.errors import ConfigError, StoreDownError
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     import psycopg
 
     from loomcli.config import Config
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 3  # libpq's connect_timeout: an unreachable host is given up after it
 DOWN_FOR_S = 5.0  # a server that failed is skipped for this long, then tried again
@@ -182,9 +186,30 @@ class Router:
 
     # -- connecting -----------------------------------------------------------------------
 
-    def connect(self, url: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    def connect(self, url: str, *, autocommit: bool = True, light: bool = False
+                ) -> psycopg.Connection[Any]:
         """A new connection to `url`; libpq reads PGPASSWORD and ~/.pgpass itself, and
-        `sslmode` and the URL's other parameters are passed through as written."""
+        `sslmode` and the URL's other parameters are passed through as written. `light`:
+        a one-shot read's, made by store/pgwire.py when it speaks the URL and the
+        server's sign-in (no psycopg to import: most of a cold command's time), else by
+        psycopg."""
+        if light and autocommit:
+            from loomcli.store import pgwire
+
+            try:
+                wire = pgwire.connect(url, password=self.password,
+                                      timeout=CONNECT_TIMEOUT_S,
+                                      application_name=APPLICATION_NAME)
+            except pgwire.OperationalError:
+                self.mark_down(url)
+                raise
+            except pgwire.Unsupported:
+                wire = None
+            if wire is not None:
+                wire.reopen = lambda: self.connect(url)
+                self._up(url)
+                self._urls[wire] = url
+                return wire  # type: ignore[return-value]  # psycopg's shape, for reads
         import psycopg
 
         extra: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S,
@@ -249,13 +274,13 @@ class Router:
     def read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """fn on the first server that answers, in read_order; a server that fails
         before or during fn is marked down and fn runs on the next."""
-        import psycopg
+        from loomcli.store.pgwire import operational
 
         failures: list[tuple[str, str]] = []
         for url in self.read_order():
             try:
                 return fn(self._kept(url))
-            except psycopg.OperationalError as exc:
+            except operational() as exc:
                 self._drop(url)
                 self.mark_down(url)
                 if url == self.primary and _sign_in_problem(str(exc)):
@@ -263,18 +288,19 @@ class Router:
                 failures.append((url, reason(exc)))
         raise self._all_down(failures)
 
-    def connect_reader(self) -> psycopg.Connection[Any]:
+    def connect_reader(self, *, light: bool = False) -> psycopg.Connection[Any]:
         """A connection of its own (autocommit) to the first server in read_order that
         answers: for a store that keeps its connection (one per server thread). When
         that server goes down mid-use, the store drops the connection and asks again:
-        the server is marked down by then, so the next one answers."""
-        import psycopg
+        the server is marked down by then, so the next one answers. `light`: for a
+        one-shot command's reads (connect)."""
+        from loomcli.store.pgwire import operational
 
         failures: list[tuple[str, str]] = []
         for url in self.read_order():
             try:
-                return self.connect(url)
-            except psycopg.OperationalError as exc:
+                return self.connect(url, light=light)
+            except operational() as exc:
                 if url == self.primary and _sign_in_problem(str(exc)):
                     raise self._sign_in_error(url, exc) from None
                 failures.append((url, reason(exc)))
@@ -338,6 +364,8 @@ class Router:
         position, when the primary answers) and `lag_s`, the age of the last transaction
         it replayed while WAL is still waiting (0 when it has replayed everything it has
         received and the primary has nothing newer)."""
+        if not self.replicas:
+            return []  # (no connection, no psycopg: `loom status` is a one-shot read)
         import psycopg
 
         primary_lsn = None

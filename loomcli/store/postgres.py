@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from loomcli.errors import BusyError, IndexMissingError, IndexStateError
 from loomcli.extract import Extracted
@@ -52,7 +51,10 @@ from loomcli.store.common import FILE_COLUMNS, Common
 from loomcli.store.rows import FileRow, Root
 from loomcli.store.sqlite import FILE_MASK, GREP_BLOCK_CHARS, RUN_BYTES
 
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from loomcli.search.text import Query
     from loomcli.search.trigrams import Need
 
@@ -65,6 +67,7 @@ MIGRATE_LOCK = 7_206_001
 WRITE_LOCK = 7_206_002
 BUILDER_LOCK = 7_206_003  # held by the process filling grep's index (grep_index.py)
 CONNECT_TIMEOUT = 10  # seconds
+UNDEFINED_TABLE, INVALID_SCHEMA_NAME = "42P01", "3F000"  # SQLSTATEs
 READ_BYTES = 8 << 20  # text grep reads in one statement (iter_texts)
 READ_FILES = 500
 PROBE_BLOCKS = 64  # grep_texts: candidate blocks asked for before going in path order
@@ -263,16 +266,17 @@ def _check_owner(conn: Any, url: str) -> set[str] | None:
     """The migrations this database has (None: an empty database, loom's to fill); a
     database holding tables loom did not make, or that a newer loom migrated further, is
     refused. One statement for an index that exists (every cold command asks)."""
-    import psycopg
-
     from loomcli.store.pg_connect import schema_of
+    from loomcli.store.pgwire import errors, sqlstate
 
     # A corpus's schema by name: until it exists, public's tables are not its index.
     schema = schema_of(url)
     table = "migrations" if schema is None else f"{schema}.migrations"
     try:
         done = {r[0] for r in conn.execute(f"SELECT name FROM {table}")}
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+    except errors() as exc:
+        if sqlstate(exc) not in (UNDEFINED_TABLE, INVALID_SCHEMA_NAME):
+            raise
         # Looked at again under the migrations' lock: another process may be making
         # the index right now (its tables appear, `migrations` first).
         key = (MIGRATE_LOCK, namespace(url))
@@ -299,7 +303,7 @@ def _check_owner(conn: Any, url: str) -> set[str] | None:
     return done
 
 
-def explain(exc: Exception, url: str) -> IndexStateError:
+def explain(exc: BaseException, url: str) -> IndexStateError:
     """A PostgreSQL error as the one line a user can act on."""
     reason = " ".join(str(exc).split())[:300]
     return IndexStateError(f"the index in {shown_url(url)} cannot be used ({reason})",
@@ -337,15 +341,21 @@ class PostgresStore(Common):
         """The index in the database at `url`. `connect`: how to reach it (the replica
         router's reader or primary, which know the password and the replicas); `replica`:
         the connection may be a read-only standby, which is never migrated."""
-        try:
-            import psycopg
-        except ImportError:
+        from importlib.util import find_spec
+
+        from loomcli.store import pgwire
+
+        if find_spec("psycopg") is None:  # (not imported: a read may not need it)
             raise IndexStateError("the index is on PostgreSQL, and psycopg is not "
-                                  "installed", "pip install 'loom-index[postgres]'") from None
+                                  "installed", "pip install 'loom-index[postgres]'")
         try:
-            conn = connect() if connect is not None else psycopg.connect(
-                url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-        except psycopg.Error as exc:
+            if connect is not None:
+                conn = connect()
+            else:
+                import psycopg
+
+                conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        except pgwire.errors() as exc:
             raise explain(exc, url) from None
         try:
             done = _check_owner(conn, url)
@@ -357,8 +367,11 @@ class PostgresStore(Common):
                     raise IndexStateError(
                         f"the index in {shown_url(url)} needs an upgrade a replica "
                         "cannot take", "run `loom scan` once against the primary")
+                if pgwire.is_light(conn) and conn.reopen is not None:
+                    light, conn = conn, conn.reopen()  # migrations: psycopg's transactions
+                    light.close()
                 migrate(conn, url)
-        except psycopg.Error as exc:
+        except pgwire.errors() as exc:
             conn.close()
             raise explain(exc, url) from None
         except BaseException:
@@ -398,22 +411,22 @@ class PostgresStore(Common):
 
     @property
     def in_transaction(self) -> bool:
-        from psycopg.pq import TransactionStatus
+        from loomcli.store.pgwire import in_transaction
 
-        return bool(self.pg.info.transaction_status != TransactionStatus.IDLE)
+        return in_transaction(self.pg)
 
     @contextmanager
     def guard(self) -> Iterator[None]:
         """PostgreSQL's errors inside (the server gone, a full disk, a lost connection)
         as one line saying what to do."""
-        import psycopg
+        from loomcli.store.pgwire import errors
 
         outer = self._read is None
         if outer:  # a request: the BM25 totals asked again with its first ranking
             self._read, self._stats = {}, {}
         try:
             yield
-        except psycopg.Error as exc:
+        except errors() as exc:
             raise explain(exc, self.url) from None
         finally:
             if outer:

@@ -12,7 +12,9 @@ loomcli/conversations.py makes them Conversations.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = """
 CREATE TABLE conversations (id text PRIMARY KEY, owner text NOT NULL DEFAULT '',

@@ -28,7 +28,10 @@ bytes, ranked in loom.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing it (records.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 EXTENSION = "vector"
 HNSW_SINCE = (0, 5, 0)  # the first pgvector with HNSW indexes
