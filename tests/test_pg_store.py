@@ -113,6 +113,12 @@ def test_byte_ranges_and_grep_blocks_of_a_long_text(tmp_path, pg_url) -> None:
                          for p in ps]
                   for name, store, f in (("sqlite", lite, fid_lite), ("pg", pg, fid_pg))}
         assert pieces["sqlite"] == pieces["pg"]
+    # Blocks compressed with lz4 where the server has it (migration 007), else pglz.
+    (has_lz4,) = pg.pg.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = "
+                               "'default_toast_compression'").fetchone()
+    methods = {m for (m,) in pg.pg.execute("SELECT DISTINCT pg_column_compression(body) "
+                                           "FROM blocks")}
+    assert methods == ({"lz4"} if has_lz4 else {"pglz"})
     for store in stores.values():
         store.close()
 

@@ -223,6 +223,18 @@ def _fill_aliases(conn: Any) -> None:
                                 [(file_id, name) for name in names])
 
 
+def _lz4_blocks(conn: Any) -> None:
+    """The texts' blocks compressed with lz4 where the server has it (PostgreSQL 14+
+    built with it, as Debian's): a grep that reads every block spent most of its server
+    time undoing pglz (kernel docs, 28.5 MB of text: 59 -> 24 ms), and a scan compresses
+    three times faster, for 17 MB of blocks instead of 15. Blocks written before keep
+    pglz until their file is scanned again."""
+    found = conn.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = "
+                         "'default_toast_compression'").fetchone()
+    if found and found[0]:
+        conn.execute("ALTER TABLE blocks ALTER COLUMN body SET COMPRESSION lz4")
+
+
 MIGRATIONS: list[tuple[str, Any]] = [
     ("001_initial", SCHEMA),
     ("002_trigrams", _trigram_index),
@@ -230,6 +242,7 @@ MIGRATIONS: list[tuple[str, Any]] = [
     ("004_pgvector", pv.migration),
     ("005_conversations", pc.SCHEMA),
     ("006_aliases", _fill_aliases),
+    ("007_lz4_blocks", _lz4_blocks),
 ]
 
 
