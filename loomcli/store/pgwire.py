@@ -98,8 +98,8 @@ def settings(url: str, environ: dict[str, str] | None = None) -> dict[str, str] 
     """The connection settings of a `postgresql://` URL (with the PG* variables libpq
     reads), or None when they hold anything this client leaves to libpq."""
     env = os.environ if environ is None else environ
-    if any(k.startswith("PG") and k not in _ENV_OK for k in env):
-        return None  # PGSERVICE, PGSSLCERT, PGHOSTADDR, …: libpq's business
+    if any(k.startswith("PG") and k not in _ENV_OK for k in env) or "KRB5CCNAME" in env:
+        return None  # PGSERVICE, PGSSLCERT, PGHOSTADDR, Kerberos, …: libpq's business
     try:
         parts = urlsplit(url)
     except ValueError:
