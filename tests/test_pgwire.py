@@ -298,3 +298,20 @@ def test_a_read_still_migrates_an_index_that_needs_it(pg_url: str, notes: Path,
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM migrations WHERE name = '006_aliases'"
                             ).fetchone() == (1,)
+
+
+def test_a_server_that_never_answers_is_given_up_after_connect_timeout(
+        server: pg.Server, clean_env: None) -> None:
+    import socket
+
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never speaks
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        port = silent.getsockname()[1]
+        with pytest.raises(pgwire.OperationalError) as raised:
+            _wire(f"postgresql://loom@127.0.0.1:{port}/postgres?connect_timeout=2")
+        assert str(raised.value) == (f'connection to server at "127.0.0.1", port {port} '
+                                     "failed: timeout expired")
+    # 0 waits for ever (as libpq's): a server that answers is reached.
+    with _wire(_url(server, query="?connect_timeout=0")) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -199,9 +199,11 @@ def connect(url: str, *, password: str | None = None, timeout: float = 10,
     if application_name and "application_name" not in conf:
         conf["application_name"] = application_name
     try:
-        timeout = float(conf.get("connect_timeout") or timeout)
+        wait = float(conf.get("connect_timeout") or timeout)
     except ValueError:
         return None
+    # As libpq: 0 (or less) waits for ever, and less than 2 seconds is taken as 2.
+    limit = None if wait <= 0 else max(wait, 2.0)
     host, port = conf["host"], int(conf["port"])
     where = (f'connection to server on socket "{host}/.s.PGSQL.{port}" failed' if
              host.startswith("/") else
@@ -209,12 +211,12 @@ def connect(url: str, *, password: str | None = None, timeout: float = 10,
     try:
         if host.startswith("/"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(timeout)
+            sock.settimeout(limit)
             sock.connect(f"{host}/.s.PGSQL.{port}")
         else:
             # (an ASCII name as bytes: no IDNA codec to import, 2-3 ms)
             address: Any = (host.encode() if host.isascii() else host, port)
-            sock = socket.create_connection(address, timeout=timeout)
+            sock = socket.create_connection(address, timeout=limit)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock = _tls(sock, conf["sslmode"], host)
     except TimeoutError:
