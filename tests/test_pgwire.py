@@ -158,9 +158,11 @@ def test_errors_carry_the_sqlstate_and_leave_the_connection_usable(
         (pid,) = wire.execute("SELECT pg_backend_pid()").fetchone()
         with psycopg.connect(_url(server), autocommit=True) as other:
             other.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        with pytest.raises(pgwire.OperationalError):
+        with pytest.raises(pgwire.OperationalError) as lost:
             wire.execute("SELECT 1")
         assert wire.broken
+        # the server's own words (57P01), or the end of the connection if it came first
+        assert lost.value.sqlstate == "57P01" or "closed the connection" in str(lost.value)
 
 
 @pytest.mark.parametrize("role", list(ROLES))
@@ -315,3 +317,51 @@ def test_a_server_that_never_answers_is_given_up_after_connect_timeout(
     # 0 waits for ever (as libpq's): a server that answers is reached.
     with _wire(_url(server, query="?connect_timeout=0")) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def _fake_server(reply: bytes) -> tuple[Any, int]:
+    """A loopback server that signs anyone in (trust), then answers the first statement
+    with `reply` and closes: a server that lies."""
+    import socket
+    import struct
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            size = struct.unpack("!i", conn.recv(4))[0]
+            first = conn.recv(size - 4)
+            if struct.unpack("!i", first[:4])[0] == pgwire.SSL_REQUEST:
+                conn.sendall(b"N")
+                size = struct.unpack("!i", conn.recv(4))[0]
+                conn.recv(size - 4)
+            conn.sendall(b"R\x00\x00\x00\x08\x00\x00\x00\x00" + b"Z\x00\x00\x00\x05I")
+            conn.recv(65536)  # the statement
+            conn.sendall(reply)
+        listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, listener.getsockname()[1]
+
+
+@pytest.mark.parametrize("reply", [
+    b"T\x00\x00\x00\x06\x00\x05",  # five columns announced, none described
+    b"D\x00\x00\x00\x02",  # a message shorter than its own length field
+    b"T\x00\x00\x00\x1d\x00\x01c\x00" + b"\x00" * 6 + b"\x00\x00\x00\x17" + b"\x00" * 8
+    + b"D\x00\x00\x00\x0e\x00\x01\x00\x00\x00\x04abcd" + b"Z\x00\x00\x00\x05I",  # int4 'abcd'
+    b"",  # the connection ends mid-statement
+])
+def test_a_lying_server_is_a_lost_connection_not_a_crash(clean_env: None, reply: bytes
+                                                         ) -> None:
+    thread, port = _fake_server(reply)
+    conn = _wire(f"postgresql://loom@127.0.0.1:{port}/postgres")
+    with pytest.raises(pgwire.OperationalError):
+        conn.execute("SELECT 1", ())
+    assert conn.broken
+    conn.close()
+    thread.join(timeout=30)

@@ -587,17 +587,29 @@ class Connection:
         count = -1
         failure: Error | None = None
         while True:
-            kind, body = self._message()
-            if kind == b"D":
-                rows.append(_row(body, loaders))
-            elif kind == b"T":
-                rows, loaders = [], _description(body, binary)
-            elif kind == b"C":
-                tail = bytes(body[:-1]).rsplit(b" ", 1)[-1]
-                count = int(tail) if tail.isdigit() else -1
-            elif kind == b"E":
-                failure = self._error(body)
-            elif kind == b"Z":
+            try:
+                kind, body = self._message()
+            except OperationalError:
+                if failure is None:
+                    raise
+                # A FATAL error (the server shutting down, the backend terminated) is
+                # followed by the end of the connection: say the server's words.
+                raise OperationalError(str(failure), failure.sqlstate) from None
+            try:
+                if kind == b"D":
+                    rows.append(_row(body, loaders))
+                elif kind == b"T":
+                    rows, loaders = [], _description(body, binary)
+                elif kind == b"C":
+                    tail = bytes(body[:-1]).rsplit(b" ", 1)[-1]
+                    count = int(tail) if tail.isdigit() else -1
+                elif kind == b"E":
+                    failure = self._error(body)
+            except (ValueError, IndexError, struct.error) as exc:
+                self.broken = True
+                raise OperationalError(f"the server sent a malformed message ({exc})"
+                                       ) from None
+            if kind == b"Z":
                 self.status = bytes(body[:1])
                 if failure is not None:
                     if isinstance(failure, OperationalError):
