@@ -59,6 +59,7 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "store.url": (str, None),  # postgresql://host/db: the index in PostgreSQL; None: SQLite
     "store.read_urls": (list, []),  # replicas that serve reads, tried in order
     "store.password_env": (str, None),  # the NAME of an env var holding the password
+    "store.light_reads": (bool, True),  # a one-shot read without psycopg (store/pgwire.py)
 }
 PROVIDERS = ("ollama", "openai", "anthropic")
 URL_KEYS = frozenset({"llm.endpoint", "embeddings.endpoint"})  # http(s) URLs, checked

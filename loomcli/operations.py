@@ -578,9 +578,9 @@ class Corpus:
 
             router = Router.shared(self.config, self.schema)
             if router is not None:
+                light = not self.keep_open and bool(self.config.get("store.light_reads"))
                 connect = (lambda: router.connect_primary(autocommit=True)) if writing \
-                    else router.connect_reader if self.keep_open \
-                    else (lambda: router.connect_reader(light=True))  # store/pgwire.py
+                    else (lambda: router.connect_reader(light=light))  # store/pgwire.py
         reading_replicas = router is not None and not writing and bool(self.config.read_urls)
         if self.keep_open and not writing:
             store = _kept_store(location, connect, reading_replicas)

@@ -279,6 +279,12 @@ def test_cold_reads_on_postgresql_never_import_psycopg(pg_url: str, notes: Path,
     got = _loom(env, "get", path)
     assert got.returncode == 0 and got.stdout
     assert not {m for m in _modules(got.stderr) if m.startswith("psycopg")}
+    # `[store] light_reads = false`: psycopg for every connection, the same answers.
+    light = _loom(env, "search", "--mode", "bm25", "warp").stdout
+    assert _loom(env, "config", "set", "store.light_reads", "false").returncode == 0
+    done = _loom(env, "search", "--mode", "bm25", "warp")
+    assert done.returncode == 0 and done.stdout == light
+    assert "psycopg" in _modules(done.stderr)
 
 
 def test_a_read_still_migrates_an_index_that_needs_it(pg_url: str, notes: Path,
