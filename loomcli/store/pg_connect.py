@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from loomcli.config import Config
 
-if TYPE_CHECKING:
     T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 3  # libpq's connect_timeout: an unreachable host is given up after it
