@@ -49,6 +49,9 @@ VARIANTS: dict[str, tuple[dict[str, float], dict[str, Any]]] = {
     "strength 0.15 m0.7": ({}, {"strength": 0.15, "strength_meaning": 0.7}),
     "strength 0.2 m0.7": ({}, {"strength": 0.2, "strength_meaning": 0.7}),
     "strength 0.15 m1": ({}, {"strength": 0.15, "strength_meaning": 1.0}),
+    "rrf k 20": ({"RRF_K": 20}, {}),
+    "rrf k 30": ({"RRF_K": 30}, {}),
+    "rrf k 40": ({"RRF_K": 40}, {}),
 }
 
 
