@@ -320,37 +320,39 @@ def _decimal(text: str) -> Any:
     return Decimal(text)
 
 
-def _json(text: str) -> Any:
+def _json(raw: bytes) -> Any:
     import json
 
-    return json.loads(text)
+    return json.loads(raw)
 
 
-def _bool(text: str) -> bool:
-    return text == "t"
+def _bytea(raw: bytes) -> bytes:
+    return bytes.fromhex(raw[2:].decode())
 
 
-def _bytea(text: str) -> bytes:
-    return bytes.fromhex(text[2:])
+def _text(raw: bytes) -> str:
+    return raw.decode()
 
 
-# Result values in text form, by type oid (others are returned as text, as psycopg does
-# for a type it has no loader for).
-_TEXT: dict[int, Callable[[str], Any]] = {
-    16: _bool, 17: _bytea, 20: int, 21: int, 23: int, 26: int, 700: float, 701: float,
-    1700: _decimal, 114: _json, 3802: _json}
+# Result values in text form, by type oid, each read from the value's bytes (int and
+# float read bytes themselves); others are returned as text, as psycopg returns a type it
+# has no loader for.
+_TEXT: dict[int, Callable[[bytes], Any]] = {
+    16: b"t".__eq__, 17: _bytea, 20: int, 21: int, 23: int, 26: int, 700: float,
+    701: float, 1700: lambda raw: _decimal(raw.decode()), 114: _json, 3802: _json}
 _ARRAYS = {1000: 16, 1001: 17, 1016: 20, 1005: 21, 1007: 23, 1009: 25, 1015: 1043,
            1021: 700, 1022: 701, 1231: 1700, 1003: 19}
+_INT4 = struct.Struct("!i")
+_KINDS = [bytes([i]) for i in range(256)]  # a message's type byte as the bytes it is
 # In binary form (a cursor(binary=True)): the types loom's binary reads select.
 _BINARY: dict[int, Callable[[bytes], Any]] = {
-    16: lambda b: b == b"\x01", 17: bytes,
+    16: b"\x01".__eq__, 17: bytes,
     20: lambda b: int.from_bytes(b, "big", signed=True),
     21: lambda b: int.from_bytes(b, "big", signed=True),
     23: lambda b: int.from_bytes(b, "big", signed=True),
     26: lambda b: int.from_bytes(b, "big"),
     700: lambda b: struct.unpack("!f", b)[0], 701: lambda b: struct.unpack("!d", b)[0],
-    25: lambda b: b.decode(), 1043: lambda b: b.decode(), 19: lambda b: b.decode(),
-    1042: lambda b: b.decode()}
+    25: _text, 1043: _text, 19: _text, 1042: _text}
 
 
 def _loader(oid: int, binary: bool) -> Callable[[bytes], Any]:
@@ -361,12 +363,12 @@ def _loader(oid: int, binary: bool) -> Callable[[bytes], Any]:
         return found
     text = _TEXT.get(oid)
     if text is not None:
-        return lambda b: text(b.decode())
+        return text
     element = _ARRAYS.get(oid)
     if element is not None:
-        item = _TEXT.get(element, str)
-        return lambda b: _array(b.decode(), item)
-    return lambda b: b.decode()
+        item = _TEXT.get(element, _text)
+        return lambda raw: _array(raw.decode(), lambda word: item(word.encode()))
+    return _text
 
 
 def _placeholders(sql: str) -> str:
@@ -491,21 +493,23 @@ class Connection:
                 raise OperationalError("server closed the connection unexpectedly")
             self._buf += got
 
-    def _message(self) -> tuple[bytes, memoryview]:
-        self._fill(5)
-        kind = bytes(self._buf[:1])
-        size = int.from_bytes(self._buf[1:5], "big")
+    def _message(self) -> tuple[bytes, bytes]:
+        buf = self._buf
+        if len(buf) < 5:
+            self._fill(5)
+        (size,) = _INT4.unpack_from(buf, 1)
         if size < 4:
             self.broken = True
             raise OperationalError(f"the server sent a malformed message ({size} bytes)")
-        self._fill(1 + size)
-        body = memoryview(bytes(self._buf[5:1 + size]))
-        del self._buf[:1 + size]
+        if len(buf) < 1 + size:
+            self._fill(1 + size)
+        kind, body = _KINDS[buf[0]], bytes(buf[5:1 + size])
+        del buf[:1 + size]
         return kind, body
 
-    def _error(self, body: memoryview) -> Error:
+    def _error(self, body: bytes) -> Error:
         fields = {}
-        for part in bytes(body).split(b"\x00"):
+        for part in body.split(b"\x00"):
             if part:
                 fields[part[:1]] = part[1:].decode("utf-8", "replace")
         state = fields.get(b"C")
@@ -637,28 +641,28 @@ class Connection:
                 + b"S\x00\x00\x00\x04")
 
 
-def _description(body: memoryview, binary: bool) -> list[Callable[[bytes], Any]]:
+def _description(body: bytes, binary: bool) -> list[Callable[[bytes], Any]]:
     count = int.from_bytes(body[:2], "big")
     at, loaders = 2, []
-    raw = bytes(body)
     for _ in range(count):
-        at = raw.index(b"\x00", at) + 1  # the column's name
-        oid = int.from_bytes(raw[at + 6:at + 10], "big")
+        at = body.index(b"\x00", at) + 1  # the column's name
+        oid = int.from_bytes(body[at + 6:at + 10], "big")
         loaders.append(_loader(oid, binary))
         at += 18
     return loaders
 
 
-def _row(body: memoryview, loaders: list[Callable[[bytes], Any]]) -> tuple[Any, ...]:
+def _row(body: bytes, loaders: list[Callable[[bytes], Any]]) -> tuple[Any, ...]:
     at = 2
     out: list[Any] = []
+    unpack = _INT4.unpack_from
     for load in loaders:
-        size = int.from_bytes(body[at:at + 4], "big", signed=True)
+        (size,) = unpack(body, at)
         at += 4
         if size < 0:
             out.append(None)
         else:
-            out.append(load(body[at:at + size].tobytes()))
+            out.append(load(body[at:at + size]))
             at += size
     return tuple(out)
 
