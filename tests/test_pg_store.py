@@ -529,12 +529,14 @@ class _Fetched(list):  # type: ignore[type-arg]
 
 def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
                                                                        pg_url) -> None:
-    """A literal in every one of 600 files: grep asks for at most 65 candidate blocks,
-    then reads the files in path order a group at a time and stops at its limit — the
+    """A literal in every one of 600 files: grep asks for at most PROBE_BLOCKS + 1
+    candidate blocks, then reads the files in path order a group at a time and stops at
+    its limit — the
     rows it reads do not grow with the files that match (it asked the server for every
     candidate block, then read 500 files' texts). A rare literal is one indexed lookup.
     The lines are SQLite's, also with texts not in grep's index yet."""
     from loomcli.search import grep as grep_mod
+    from loomcli.store.postgres import PROBE_BLOCKS, PROBE_FILES
 
     for n in range(600):
         write(tmp_path / "d" / f"n{n:03}.md", f"# Note {n}\nthe loom weaves\n"
@@ -548,7 +550,9 @@ def test_a_limited_grep_of_a_common_literal_reads_its_first_files_only(tmp_path,
         counting.sent = counting.rows = 0
         got = grep_mod.grep(pg, pattern, limit=limit)
         assert got == grep_mod.grep(lite, pattern, limit=limit) and got.matches, pattern
-        assert counting.rows < 150, (pattern, counting.rows)  # 65 + 1 + 32 + 32
+        # the probe, the roots, two groups in path order (322), never the 600 files
+        limit_rows = PROBE_BLOCKS + 1 + 1 + 2 * PROBE_FILES + 20
+        assert counting.rows < min(limit_rows, 600), (pattern, counting.rows)
         assert counting.sent <= 5, (pattern, counting.sent)
     counting.sent = counting.rows = 0
     assert [m.path for m in grep_mod.grep(pg, "zebra", limit=20).matches] == [
