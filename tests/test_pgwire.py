@@ -163,6 +163,8 @@ def test_errors_carry_the_sqlstate_and_leave_the_connection_usable(
         assert wire.broken
         # the server's own words (57P01), or the end of the connection if it came first
         assert lost.value.sqlstate == "57P01" or "closed the connection" in str(lost.value)
+        with pytest.raises(pgwire.OperationalError, match="lost"):  # and stays lost
+            wire.execute("SELECT 1")
 
 
 @pytest.mark.parametrize("role", list(ROLES))

@@ -578,8 +578,9 @@ class Connection:
 
     def _run(self, sql: str, params: Sequence[Any] | None, binary: bool
              ) -> tuple[list[tuple[Any, ...]], int]:
-        if self.closed:
-            raise OperationalError("the connection is closed")
+        if self.closed or self.broken:
+            raise OperationalError("the connection is closed" if self.closed else
+                                   "the connection to the server was lost")
         if params is None:  # the simple protocol (several statements allowed), as psycopg
             data = sql.encode()
             self._send(b"Q" + struct.pack("!i", len(data) + 5) + data + b"\x00")
