@@ -192,37 +192,41 @@ class Router:
         a one-shot read's, made by store/pgwire.py when it speaks the URL and the
         server's sign-in (no psycopg to import: most of a cold command's time), else by
         psycopg."""
-        if light and autocommit:
-            from loomcli.store import pgwire
+        from loomcli.store import pgwire
 
-            try:
-                wire = pgwire.connect(url, password=self.password,
-                                      timeout=CONNECT_TIMEOUT_S,
-                                      application_name=APPLICATION_NAME)
-            except pgwire.OperationalError:
-                self.mark_down(url)
-                raise
-            except pgwire.Unsupported:
-                wire = None
-            if wire is not None:
-                wire.reopen = lambda: self.connect(url)
-                self._up(url)
-                self._urls[wire] = url
-                return wire  # type: ignore[return-value]  # psycopg's shape, for reads
+        try:
+            conn = self._light(url) if light and autocommit else None
+            if conn is None:
+                conn = self._psycopg(url, autocommit)
+        except pgwire.operational():
+            self.mark_down(url)
+            raise
+        self._up(url)
+        self._urls[conn] = url
+        return conn
+
+    def _light(self, url: str) -> Any:
+        """store/pgwire.py's connection, or None where it does not speak the URL or the
+        server's sign-in (psycopg then makes it)."""
+        from loomcli.store import pgwire
+
+        try:
+            wire = pgwire.connect(url, password=self.password, timeout=CONNECT_TIMEOUT_S,
+                                  application_name=APPLICATION_NAME)
+        except pgwire.Unsupported:
+            return None
+        if wire is not None:
+            wire.reopen = lambda: self.connect(url)  # psycopg, for what a read cannot do
+        return wire
+
+    def _psycopg(self, url: str, autocommit: bool) -> psycopg.Connection[Any]:
         import psycopg
 
         extra: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S,
                                  "application_name": APPLICATION_NAME}
         if self.password is not None:
             extra["password"] = self.password
-        try:
-            conn = psycopg.connect(url, autocommit=autocommit, **extra)
-        except psycopg.OperationalError:
-            self.mark_down(url)
-            raise
-        self._up(url)
-        self._urls[conn] = url
-        return conn
+        return psycopg.connect(url, autocommit=autocommit, **extra)
 
     def lost(self, conn: psycopg.Connection[Any]) -> None:
         """A connection this router made failed (its server went away): mark that server

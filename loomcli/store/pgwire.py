@@ -94,10 +94,10 @@ def in_transaction(conn: Any) -> bool:
 
 # -- where to connect -----------------------------------------------------------------------
 
-def settings(url: str, environ: dict[str, str] | None = None) -> dict[str, str] | None:
+def settings(url: str) -> dict[str, str] | None:
     """The connection settings of a `postgresql://` URL (with the PG* variables libpq
     reads), or None when they hold anything this client leaves to libpq."""
-    env = os.environ if environ is None else environ
+    env = os.environ
     if any(k.startswith("PG") and k not in _ENV_OK for k in env) or "KRB5CCNAME" in env:
         return None  # PGSERVICE, PGSSLCERT, PGHOSTADDR, Kerberos, …: libpq's business
     try:
@@ -147,12 +147,11 @@ def settings(url: str, environ: dict[str, str] | None = None) -> dict[str, str] 
     return got
 
 
-def pgpass(conf: dict[str, str], environ: dict[str, str] | None = None) -> str | None:
+def pgpass(conf: dict[str, str]) -> str | None:
     """The password ~/.pgpass (or $PGPASSFILE) gives for these settings, as libpq reads
     it: the first line whose host, port, database and user match (`*` any), a socket
     matching `localhost`; a file others may read is ignored."""
-    env = os.environ if environ is None else environ
-    path = env.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
+    path = os.environ.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
     try:
         if os.stat(path).st_mode & 0o077:
             return None
