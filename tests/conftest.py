@@ -83,6 +83,12 @@ def scanned_notes(notes: Path) -> Path:
     return notes
 
 
+def imported(stderr: str) -> set[str]:
+    """The modules a `python -X importtime` run imported, from its stderr."""
+    return {line.split("|")[-1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:")}
+
+
 def write(path: Path, text: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(text, bytes):

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomcli import fastpath
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, imported
 
 FAST = [sys.executable, "-m", "loomcli"]
 TYPER = [sys.executable, "-c", "from loomcli.cli import main; main()"]
@@ -285,8 +285,7 @@ def test_the_fast_commands_answer_without_importing_typer(corpus: dict[str, Path
         out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"], args,
                              corpus)
         assert code == 0, err
-        modules = {line.split("|")[-1].strip() for line in err.splitlines()
-                   if line.startswith("import time:")}
+        modules = imported(err)
         assert {"loomcli.reading", "loomcli.scanning"} & modules
         assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}
         # Nor typing and dataclasses (with inspect and ast): over half of what a cold
@@ -451,6 +450,5 @@ def test_version_answers_without_importing_typer(corpus: dict[str, Path]) -> Non
     out, err, code = run([sys.executable, "-X", "importtime", "-m", "loomcli"],
                          ["--version"], corpus)
     assert (out, code) == (f"loom {__version__}\n", 0)
-    modules = {line.split("|")[-1].strip() for line in err.splitlines()
-               if line.startswith("import time:")}
+    modules = imported(err)
     assert not {m for m in modules if m.split(".")[0] in ("typer", "click", "rich")}

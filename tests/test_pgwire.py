@@ -23,6 +23,7 @@ from loomcli.errors import ConfigError
 from loomcli.store import pgwire
 from loomcli.store.pg_connect import Router
 from tests import pg
+from tests.conftest import imported
 
 NOBODY = 65534
 PASSWORD = "pw: with 'quotes' \\ and spaces"
@@ -257,11 +258,6 @@ def _loom(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, capture_output=True, text=True, timeout=120)
 
 
-def _modules(err: str) -> set[str]:
-    return {line.split("|")[-1].strip() for line in err.splitlines()
-            if line.startswith("import time:")}
-
-
 def test_cold_reads_on_postgresql_never_import_psycopg(pg_url: str, notes: Path,
                                                        tmp_path: Path) -> None:
     env = {**os.environ, "LOOM_HOME": str(tmp_path / "home"), "LOOM_DATABASE_URL": pg_url}
@@ -270,23 +266,23 @@ def test_cold_reads_on_postgresql_never_import_psycopg(pg_url: str, notes: Path,
         env.pop(name)
     scan = _loom(env, "scan", str(notes))
     assert scan.returncode == 0, scan.stderr[-2000:]
-    assert "psycopg" in _modules(scan.stderr)  # a write: psycopg's COPY and transactions
+    assert "psycopg" in imported(scan.stderr)  # a write: psycopg's COPY and transactions
     for args in (("search", "--mode", "bm25", "warp"), ("grep", "-n", "warp"),
                  ("files",), ("status",)):
         done = _loom(env, *args)
         assert done.returncode == 0, (args, done.stderr[-2000:])
         assert done.stdout.strip(), args
-        assert not {m for m in _modules(done.stderr) if m.startswith("psycopg")}, args
+        assert not {m for m in imported(done.stderr) if m.startswith("psycopg")}, args
     path = _loom(env, "files").stdout.split()[0]
     got = _loom(env, "get", path)
     assert got.returncode == 0 and got.stdout
-    assert not {m for m in _modules(got.stderr) if m.startswith("psycopg")}
+    assert not {m for m in imported(got.stderr) if m.startswith("psycopg")}
     # `[store] light_reads = false`: psycopg for every connection, the same answers.
     light = _loom(env, "search", "--mode", "bm25", "warp").stdout
     assert _loom(env, "config", "set", "store.light_reads", "false").returncode == 0
     done = _loom(env, "search", "--mode", "bm25", "warp")
     assert done.returncode == 0 and done.stdout == light
-    assert "psycopg" in _modules(done.stderr)
+    assert "psycopg" in imported(done.stderr)
 
 
 def test_a_read_still_migrates_an_index_that_needs_it(pg_url: str, notes: Path,
