@@ -313,10 +313,10 @@ def _array(text: str, item: Callable[[str], Any]) -> list[Any]:
     return out
 
 
-def _decimal(text: str) -> Any:
+def _decimal(raw: bytes) -> Any:
     from decimal import Decimal
 
-    return Decimal(text)
+    return Decimal(raw.decode())
 
 
 def _json(raw: bytes) -> Any:
@@ -338,7 +338,7 @@ def _text(raw: bytes) -> str:
 # has no loader for.
 _TEXT: dict[int, Callable[[bytes], Any]] = {
     16: b"t".__eq__, 17: _bytea, 20: int, 21: int, 23: int, 26: int, 700: float,
-    701: float, 1700: lambda raw: _decimal(raw.decode()), 114: _json, 3802: _json}
+    701: float, 1700: _decimal, 114: _json, 3802: _json}
 _ARRAYS = {1000: 16, 1001: 17, 1016: 20, 1005: 21, 1007: 23, 1009: 25, 1015: 1043,
            1021: 700, 1022: 701, 1231: 1700, 1003: 19}
 _INT4 = struct.Struct("!i")
